@@ -1,0 +1,34 @@
+"""Registers the JSONL thread store through the ``roder`` entry point."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from roder_api import hookimpl
+from roder_api.threads import ThreadStoreFactory
+from roder_jsonl_thread_store._store import JsonlThreadStoreFactory
+
+
+def default_base_path() -> Path:
+    """Return ``$RODER_HOME/threads`` (``RODER_HOME`` defaults to ``~/.roder``)."""
+    home = os.environ.get("RODER_HOME") or "~/.roder"
+    return Path(home).expanduser() / "threads"
+
+
+@hookimpl
+def register_thread_store_factories(
+    register: Callable[[ThreadStoreFactory], None],
+    settings: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """Register the ``jsonl`` factory, configured by the ``jsonl`` settings table."""
+    table = settings.get("jsonl", {})
+    path = table.get("path")
+    register(
+        JsonlThreadStoreFactory(
+            base_path=Path(str(path)).expanduser() if path else default_base_path(),
+            durability=str(table.get("durability", "fsync")),
+        )
+    )

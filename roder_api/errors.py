@@ -1,0 +1,251 @@
+"""The one error tree of Roder.
+
+Every error Roder raises on purpose is a :class:`RoderError`::
+
+    RoderError
+    ├── PluginError
+    │   ├── PluginLoadError            a plugin failed to import or raised in a hook
+    │   ├── DuplicateRegistrationError two registrations share an id
+    │   └── UnknownPluginIdError (LookupError)
+    │       ├── UnknownEngineError
+    │       └── UnknownThreadStoreError
+    ├── ConfigError (ValueError)       bad TOML, unknown key, bad value
+    ├── StoreError
+    │   ├── ThreadNotFoundError (LookupError)
+    │   ├── ThreadExistsError
+    │   ├── InvalidThreadIdError (ValueError)
+    │   ├── StoreCorruptedError
+    │   ├── SequenceConflictError      an import did not continue the journal
+    │   └── UnserializableEventError (TypeError)
+    ├── CompactionError
+    │   ├── CompactionFailed           the candidate boundary was discarded
+    │   └── CompactionPreempted        the user steered while compacting
+    ├── BusyError                      a bounded queue is full: try again later
+    ├── InputTooLargeError (ValueError)
+    ├── RecorderError                  the event recorder refused or failed
+    └── StoppedError                   the component was closed or stopped
+
+Errors carry their context as attributes (``thread_id``, ``plugin``, ...) and say what to do
+next in their message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class RoderError(Exception):
+    """Raised for every failure Roder reports on purpose; the base of the tree."""
+
+
+class PluginError(RoderError):
+    """Raised for problems with plugins and registrations."""
+
+
+class PluginLoadError(PluginError):
+    """Raised (or reported) when a plugin fails to import or raises in a hook."""
+
+    def __init__(self, plugin: str, error: BaseException | str) -> None:
+        self.plugin = plugin
+        self.error = error
+        detail = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        super().__init__(
+            f"plugin {plugin!r} failed to load: {detail}. "
+            "Fix or uninstall the plugin, or leave it out with RODER_PLUGINS."
+        )
+
+
+class DuplicateRegistrationError(PluginError):
+    """Raised when two registrations of the same kind share an id."""
+
+    def __init__(self, kind: str, id: str, first_source: str, second_source: str) -> None:
+        self.kind = kind
+        self.id = id
+        self.first_source = first_source
+        self.second_source = second_source
+        super().__init__(
+            f"{kind} id {id!r} is registered twice: by {first_source} and by {second_source}. "
+            "Uninstall one of them or leave one out with RODER_PLUGINS."
+        )
+
+
+class UnknownPluginIdError(PluginError, LookupError):
+    """Raised when an id names nothing registered."""
+
+    kind = "plugin"
+
+    def __init__(self, id: str, known: Iterable[str]) -> None:
+        self.id = id
+        self.known = tuple(sorted(known))
+        listed = ", ".join(repr(k) for k in self.known) or "none"
+        super().__init__(
+            f"unknown {self.kind} id {id!r}; registered ids: {listed}. "
+            "Check the spelling or install the plugin that provides it."
+        )
+
+
+class UnknownEngineError(UnknownPluginIdError):
+    """Raised when no inference engine has the requested id."""
+
+    kind = "inference engine"
+
+
+class UnknownThreadStoreError(UnknownPluginIdError):
+    """Raised when no thread-store factory has the requested id."""
+
+    kind = "thread store"
+
+
+class ConfigError(RoderError, ValueError):
+    """Raised for bad configuration: unparsable TOML, an unknown key or a bad value."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        key: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        self.source = source
+        self.key = key
+        self.line = line
+        where = ""
+        if source is not None:
+            where = source + (f":{line}" if line is not None else "")
+            where += ": "
+        super().__init__(where + message)
+
+
+class StoreError(RoderError):
+    """Raised for thread-store failures."""
+
+
+class ThreadNotFoundError(StoreError, LookupError):
+    """Raised when a thread does not exist in the store."""
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            f"thread {thread_id!r} was not found; list threads with `roder threads list`."
+        )
+
+
+class ThreadExistsError(StoreError):
+    """Raised when creating a thread whose id is already taken."""
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(f"thread {thread_id!r} already exists; choose another id.")
+
+
+class InvalidThreadIdError(StoreError, ValueError):
+    """Raised when a thread id is not of the form ``[A-Za-z0-9][A-Za-z0-9._-]{0,127}``."""
+
+    def __init__(self, thread_id: object) -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            f"invalid thread id {thread_id!r}: use 1 to 128 characters from A-Z, a-z, 0-9, "
+            "'.', '_' and '-', starting with a letter or digit."
+        )
+
+
+class StoreCorruptedError(StoreError):
+    """Raised when stored data is damaged in a way that is not safe to repair automatically."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        thread_id: str | None = None,
+        path: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        self.thread_id = thread_id
+        self.path = path
+        self.line = line
+        super().__init__(message)
+
+
+class SequenceConflictError(StoreError):
+    """Raised when imported journal events do not continue the journal's sequence."""
+
+    def __init__(self, thread_id: str, expected: int, got: int) -> None:
+        self.thread_id = thread_id
+        self.expected = expected
+        self.got = got
+        super().__init__(
+            f"thread {thread_id!r}: expected sequence {expected} next, got {got}; "
+            "the journal changed underneath the import."
+        )
+
+
+class UnserializableEventError(StoreError, TypeError):
+    """Raised when an event cannot be serialised; nothing of its batch is stored."""
+
+
+class CompactionError(RoderError):
+    """Raised when a compaction does not commit a boundary."""
+
+    def __init__(self, message: str, *, thread_id: str | None = None, reason: str = "") -> None:
+        self.thread_id = thread_id
+        self.reason = reason
+        super().__init__(message)
+
+
+class CompactionFailed(CompactionError):  # noqa: N818 - the contract's name
+    """Raised when the candidate boundary was discarded; ``reason`` says why."""
+
+
+class CompactionPreempted(CompactionError):  # noqa: N818 - the contract's name
+    """Raised when a compaction was preempted (the user steered) before its commit."""
+
+
+class BusyError(RoderError):
+    """Raised when a bounded queue is full; nothing was queued, try again later."""
+
+
+class InputTooLargeError(RoderError, ValueError):
+    """Raised when input exceeds the configured size limit; nothing was queued."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"input of {size} bytes exceeds the limit of {limit} bytes "
+            "(max_input_bytes); split it or raise the limit."
+        )
+
+
+class RecorderError(RoderError):
+    """Raised when the event recorder refuses an event or has stopped after a failure."""
+
+
+class StoppedError(RoderError):
+    """Raised when using a component that was closed or has stopped."""
+
+
+__all__ = [
+    "BusyError",
+    "CompactionError",
+    "CompactionFailed",
+    "CompactionPreempted",
+    "ConfigError",
+    "DuplicateRegistrationError",
+    "InputTooLargeError",
+    "InvalidThreadIdError",
+    "PluginError",
+    "PluginLoadError",
+    "RecorderError",
+    "RoderError",
+    "SequenceConflictError",
+    "StoppedError",
+    "StoreCorruptedError",
+    "StoreError",
+    "ThreadExistsError",
+    "ThreadNotFoundError",
+    "UnknownEngineError",
+    "UnknownPluginIdError",
+    "UnknownThreadStoreError",
+    "UnserializableEventError",
+]

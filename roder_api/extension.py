@@ -1,0 +1,290 @@
+"""Plugin discovery and the extension registry.
+
+``ExtensionRegistryBuilder`` takes registrations directly (tests, scripts) and from installed
+distributions' entry points in the ``roder`` group; ``build()`` returns an immutable
+``ExtensionRegistry``. The builder is the only code that calls hooks.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import pluggy
+
+from roder_api import hookspecs
+from roder_api._markers import PROJECT_NAME
+from roder_api.errors import (
+    DuplicateRegistrationError,
+    PluginLoadError,
+    UnknownEngineError,
+    UnknownThreadStoreError,
+)
+from roder_api.inference import InferenceEngine
+from roder_api.threads import ThreadStoreFactory
+
+ENTRY_POINT_GROUP = PROJECT_NAME
+"""The entry-point group plugins declare themselves in."""
+
+PLUGINS_ENV = "RODER_PLUGINS"
+"""Environment variable: a comma list of plugin names to load; empty loads none."""
+
+
+@dataclass(frozen=True, slots=True)
+class PluginInfo:
+    """What one plugin is and what it registered, or why it failed to load."""
+
+    name: str
+    version: str | None = None
+    distribution: str | None = None
+    hooks: tuple[str, ...] = ()
+    engines: tuple[str, ...] = ()
+    thread_stores: tuple[str, ...] = ()
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON object ``roder plugins --json`` prints for this plugin."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "distribution": self.distribution,
+            "hooks": list(self.hooks),
+            "engines": list(self.engines),
+            "thread_stores": list(self.thread_stores),
+            "error": self.error,
+        }
+
+
+def plugin_names_from_env(environ: Mapping[str, str] | None = None) -> frozenset[str] | None:
+    """Return the plugin names ``RODER_PLUGINS`` allows (None: unset, load all)."""
+    env = os.environ if environ is None else environ
+    raw = env.get(PLUGINS_ENV)
+    if raw is None:
+        return None
+    return frozenset(name.strip() for name in raw.split(",") if name.strip())
+
+
+@dataclass(frozen=True)
+class ExtensionRegistry:
+    """The engines and thread-store factories available, by id; immutable once built."""
+
+    engines: Mapping[str, InferenceEngine]
+    thread_store_factories: Mapping[str, ThreadStoreFactory]
+    plugins: tuple[PluginInfo, ...] = ()
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def inference_engine(self, engine_id: str) -> InferenceEngine:
+        """Return the engine registered as ``engine_id``; raise ``UnknownEngineError``."""
+        try:
+            return self.engines[engine_id]
+        except KeyError:
+            raise UnknownEngineError(engine_id, self.engines) from None
+
+    def thread_store_factory(self, store_id: str) -> ThreadStoreFactory:
+        """Return the factory registered as ``store_id``; raise ``UnknownThreadStoreError``."""
+        try:
+            return self.thread_store_factories[store_id]
+        except KeyError:
+            raise UnknownThreadStoreError(store_id, self.thread_store_factories) from None
+
+    @property
+    def load_errors(self) -> tuple[PluginLoadError, ...]:
+        """Return an error for each plugin that failed to load."""
+        return tuple(PluginLoadError(p.name, p.error) for p in self.plugins if p.error)
+
+    async def aclose(self) -> None:
+        """Close every registered engine."""
+        for engine in self.engines.values():
+            await engine.aclose()
+
+
+class ExtensionRegistryBuilder:
+    """Collects engines and thread-store factories, then ``build()`` s a registry.
+
+    ``settings`` maps engine and store ids to their configuration tables; plugins that
+    accept the opt-in ``settings`` hook argument receive it.
+    """
+
+    def __init__(self, *, settings: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self._settings: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+            {k: MappingProxyType(dict(v)) for k, v in (settings or {}).items()}
+        )
+        self._engines: dict[str, InferenceEngine] = {}
+        self._factories: dict[str, ThreadStoreFactory] = {}
+        self._sources: dict[str, str] = {}
+        self._plugins: list[PluginInfo] = []
+
+    def inference_engine(
+        self, engine: InferenceEngine, *, source: str = "a direct registration"
+    ) -> ExtensionRegistryBuilder:
+        """Register an engine; raise ``DuplicateRegistrationError`` if its id is taken."""
+        self._add("inference engine", self._engines, _engine_id(engine), engine, source)
+        return self
+
+    def thread_store_factory(
+        self, factory: ThreadStoreFactory, *, source: str = "a direct registration"
+    ) -> ExtensionRegistryBuilder:
+        """Register a thread-store factory; raise ``DuplicateRegistrationError`` if taken."""
+        self._add("thread store", self._factories, _factory_id(factory), factory, source)
+        return self
+
+    def _add(self, kind: str, table: dict[str, Any], id: str, obj: object, source: str) -> None:
+        key = f"{kind}:{id}"
+        if id in table:
+            raise DuplicateRegistrationError(kind, id, self._sources[key], source)
+        table[id] = obj
+        self._sources[key] = source
+
+    def load_entry_points(
+        self,
+        *,
+        names: Iterable[str] | None = None,
+        entry_points: Iterable[importlib.metadata.EntryPoint] | None = None,
+    ) -> tuple[PluginInfo, ...]:
+        """Load the installed plugins of the ``roder`` entry-point group.
+
+        ``names`` limits which are loaded (default: ``RODER_PLUGINS``, or all when unset).
+        A plugin that fails to import, raises in a hook or registers a taken id is reported
+        in its ``PluginInfo.error`` and registers nothing; the others still load.
+        Return the infos of the plugins considered.
+        """
+        allowed = frozenset(names) if names is not None else plugin_names_from_env()
+        found = entry_points
+        if found is None:
+            found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        infos: list[PluginInfo] = []
+        seen: set[str] = set()
+        for ep in sorted(found, key=lambda e: e.name):
+            if allowed is not None and ep.name not in allowed:
+                continue
+            if ep.name in seen:
+                continue
+            seen.add(ep.name)
+            infos.append(self._load_one(ep))
+        self._plugins.extend(infos)
+        return tuple(infos)
+
+    def load_plugin(self, name: str, plugin: object) -> PluginInfo:
+        """Load an already imported plugin object (a module or instance with hookimpls)."""
+        info = self._load_module(name, plugin, version=None, distribution=None)
+        self._plugins.append(info)
+        return info
+
+    def _load_one(self, ep: importlib.metadata.EntryPoint) -> PluginInfo:
+        dist = getattr(ep, "dist", None)
+        version = dist.version if dist is not None else None
+        dist_name = dist.metadata["Name"] if dist is not None else None
+        try:
+            module = ep.load()
+        except BaseException as exc:  # noqa: BLE001 - a plugin's import may raise anything
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            return PluginInfo(ep.name, version, dist_name, error=f"{type(exc).__name__}: {exc}")
+        return self._load_module(ep.name, module, version=version, distribution=dist_name)
+
+    def _load_module(
+        self, name: str, plugin: object, *, version: str | None, distribution: str | None
+    ) -> PluginInfo:
+        pm = pluggy.PluginManager(PROJECT_NAME)
+        pm.add_hookspecs(hookspecs)
+        try:
+            pm.register(plugin, name=name)
+        except Exception as exc:  # noqa: BLE001 - report bad hookimpls as a load error
+            return PluginInfo(name, version, distribution, error=f"{type(exc).__name__}: {exc}")
+        hook_names = tuple(sorted(h.name for h in pm.get_hookcallers(plugin) or ()))
+        engines: list[InferenceEngine] = []
+        factories: list[ThreadStoreFactory] = []
+        source = f"plugin {name!r}"
+        try:
+            self._call(pm, "register_inference_engines", _collector(engines, InferenceEngine))
+            self._call(
+                pm, "register_thread_store_factories", _collector(factories, ThreadStoreFactory)
+            )
+            # Check every id before committing any, so a plugin registers all or nothing.
+            pending: set[str] = set()
+            for engine in engines:
+                key = f"inference engine:{_engine_id(engine)}"
+                if key in self._sources or key in pending:
+                    first = self._sources.get(key, source)
+                    raise DuplicateRegistrationError(
+                        "inference engine", _engine_id(engine), first, source
+                    )
+                pending.add(key)
+            for factory in factories:
+                key = f"thread store:{_factory_id(factory)}"
+                if key in self._sources or key in pending:
+                    first = self._sources.get(key, source)
+                    raise DuplicateRegistrationError(
+                        "thread store", _factory_id(factory), first, source
+                    )
+                pending.add(key)
+        except Exception as exc:  # noqa: BLE001 - a plugin's hook may raise anything
+            return PluginInfo(
+                name, version, distribution, hook_names, error=f"{type(exc).__name__}: {exc}"
+            )
+        for engine in engines:
+            self.inference_engine(engine, source=source)
+        for factory in factories:
+            self.thread_store_factory(factory, source=source)
+        return PluginInfo(
+            name,
+            version,
+            distribution,
+            hook_names,
+            tuple(_engine_id(e) for e in engines),
+            tuple(_factory_id(f) for f in factories),
+        )
+
+    def _call(
+        self, pm: pluggy.PluginManager, hook_name: str, register: Callable[[Any], None]
+    ) -> None:
+        caller = getattr(pm.hook, hook_name)
+        caller(register=register, settings=self._settings)
+
+    def build(self) -> ExtensionRegistry:
+        """Return an immutable registry of everything registered so far."""
+        return ExtensionRegistry(
+            engines=MappingProxyType(dict(self._engines)),
+            thread_store_factories=MappingProxyType(dict(self._factories)),
+            plugins=tuple(self._plugins),
+            sources=MappingProxyType(dict(self._sources)),
+        )
+
+
+def _collector(target: list[Any], kind: type) -> Callable[[Any], None]:
+    def register(obj: Any) -> None:
+        if not isinstance(obj, kind):
+            raise TypeError(f"register() expects a {kind.__name__}, got {type(obj).__name__}")
+        target.append(obj)
+
+    return register
+
+
+def _engine_id(engine: InferenceEngine) -> str:
+    if not isinstance(engine, InferenceEngine):
+        raise TypeError(f"expected an InferenceEngine, got {type(engine).__name__}")
+    if not isinstance(engine.id, str) or not engine.id:
+        raise ValueError(f"engine {engine!r} has no id; set the `id` attribute")
+    return engine.id
+
+
+def _factory_id(factory: ThreadStoreFactory) -> str:
+    if not isinstance(factory, ThreadStoreFactory):
+        raise TypeError(f"expected a ThreadStoreFactory, got {type(factory).__name__}")
+    if not isinstance(factory.id, str) or not factory.id:
+        raise ValueError(f"thread store factory {factory!r} has no id; set the `id` attribute")
+    return factory.id
+
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "ExtensionRegistry",
+    "ExtensionRegistryBuilder",
+    "PLUGINS_ENV",
+    "PluginInfo",
+    "plugin_names_from_env",
+]

@@ -1,0 +1,42 @@
+"""The hooks a Roder plugin may implement.
+
+Hooks are synchronous and hand the plugin a ``register`` callback; the async work lives in
+the objects registered. ``settings`` is an opt-in argument (pluggy lets an implementation
+take fewer arguments than the spec): a mapping from engine or store id to the table of
+configuration meant for it (``[engines.<id>]``, ``[thread_store]``). Hooks only grow: new
+arguments arrive as opt-in arguments. Every hook is documented in ``docs/plugin-hooks.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from roder_api._markers import hookspec
+from roder_api.inference import InferenceEngine
+from roder_api.threads import ThreadStoreFactory
+
+
+@hookspec
+def register_inference_engines(
+    register: Callable[[InferenceEngine], None],
+    settings: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """Register inference engines by calling ``register(engine)`` once per engine.
+
+    Called once when the extension registry is built (``load_entry_points``). ``settings``
+    maps engine ids to their ``[engines.<id>]`` configuration table.
+    """
+
+
+@hookspec
+def register_thread_store_factories(
+    register: Callable[[ThreadStoreFactory], None],
+    settings: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """Register thread-store factories by calling ``register(factory)`` once per factory.
+
+    Called once when the extension registry is built (``load_entry_points``). ``settings``
+    maps store ids to their configuration (the ``[thread_store]`` table goes to the
+    configured backend's id).
+    """

@@ -1,0 +1,323 @@
+"""Threads: metadata, snapshots, pages, and the ``ThreadStore`` / ``ThreadStoreFactory`` bases.
+
+A thread is an append-only, per-thread, sequenced journal of events. A snapshot is a fold
+over it: :func:`fold_metadata` and :func:`turns_from_events` are that fold, shared by every
+store so that they all agree.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import orjson
+
+from roder_api._record import Record, from_dict, register
+from roder_api.errors import InvalidThreadIdError, ThreadNotFoundError
+from roder_api.events import (
+    Event,
+    ItemCompleted,
+    JournalEvent,
+    UsageUpdated,
+    is_boundary_event,
+)
+from roder_api.inference import TokenUsage
+from roder_api.transcript import TranscriptItem
+
+THREAD_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
+"""What a thread id must match, whole."""
+
+
+def validate_thread_id(thread_id: object) -> str:
+    """Return ``thread_id`` when it is valid; raise :class:`InvalidThreadIdError` otherwise."""
+    if not isinstance(thread_id, str) or THREAD_ID_PATTERN.fullmatch(thread_id) is None:
+        raise InvalidThreadIdError(thread_id)
+    return thread_id
+
+
+def _usage(value: Any) -> TokenUsage:
+    return value if isinstance(value, TokenUsage) else from_dict(value)
+
+
+@register("thread_metadata", usage=_usage)
+@dataclass(frozen=True, slots=True)
+class ThreadMetadata(Record):
+    """What a listing shows of a thread, kept without reading its journal.
+
+    ``usage`` is the sum of every ``UsageUpdated`` in the journal, ``item_count`` the number
+    of ``ItemCompleted`` events, ``last_sequence`` the newest event's sequence (0: none).
+    ``extra`` is free-form JSON (for example ``forked_from``).
+    """
+
+    thread_id: str
+    created_at_ms: int
+    updated_at_ms: int
+    title: str | None = None
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    item_count: int = 0
+    last_sequence: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """The transcript items of one turn, in order."""
+
+    turn_id: str
+    items: tuple[TranscriptItem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadSnapshot:
+    """A thread's metadata and its whole history grouped by turn."""
+
+    metadata: ThreadMetadata
+    turns: tuple[Turn, ...]
+
+    @property
+    def items(self) -> list[TranscriptItem]:
+        """Return every transcript item of every turn, in order."""
+        return [item for turn in self.turns for item in turn.items]
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadPage:
+    """A page of threads, newest update first; pass ``next_cursor`` for the next page."""
+
+    threads: tuple[ThreadMetadata, ...]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EventPage:
+    """Journal events in ascending sequence order; ``next_before`` pages further back."""
+
+    events: tuple[JournalEvent, ...]
+    next_before: int | None
+
+
+# --- the fold -------------------------------------------------------------------------------
+
+
+def fold_metadata(metadata: ThreadMetadata, entries: Iterable[JournalEvent]) -> ThreadMetadata:
+    """Return ``metadata`` advanced over journal ``entries`` (usage, counts, times)."""
+    usage = metadata.usage
+    item_count = metadata.item_count
+    last_sequence = metadata.last_sequence
+    updated = metadata.updated_at_ms
+    changed = False
+    for entry in entries:
+        changed = True
+        event = entry.event
+        if isinstance(event, UsageUpdated):
+            usage = usage + event.usage
+        elif isinstance(event, ItemCompleted):
+            item_count += 1
+        last_sequence = entry.sequence
+        if entry.recorded_at_ms > updated:
+            updated = entry.recorded_at_ms
+    if not changed:
+        return metadata
+    return replace(
+        metadata,
+        usage=usage,
+        item_count=item_count,
+        last_sequence=last_sequence,
+        updated_at_ms=updated,
+    )
+
+
+def turns_from_events(entries: Iterable[JournalEvent]) -> tuple[Turn, ...]:
+    """Return the transcript items of ``entries`` grouped into turns, in journal order."""
+    turns: list[Turn] = []
+    current_id: str | None = None
+    current: list[TranscriptItem] = []
+    for entry in entries:
+        event = entry.event
+        if not isinstance(event, ItemCompleted):
+            continue
+        if event.turn_id != current_id:
+            if current_id is not None:
+                turns.append(Turn(current_id, tuple(current)))
+            current_id, current = event.turn_id, []
+        current.append(event.item)
+    if current_id is not None:
+        turns.append(Turn(current_id, tuple(current)))
+    return tuple(turns)
+
+
+def replay_start(entries: Sequence[JournalEvent]) -> int:
+    """Return the index in ``entries`` of the last boundary event (0 when there is none)."""
+    for index in range(len(entries) - 1, -1, -1):
+        if is_boundary_event(entries[index].event):
+            return index
+    return 0
+
+
+def encode_cursor(updated_at_ms: int, thread_id: str) -> str:
+    """Return an opaque listing cursor for the position after ``(updated_at_ms, thread_id)``."""
+    raw = orjson.dumps([updated_at_ms, thread_id])
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    """Return the ``(updated_at_ms, thread_id)`` of a cursor; raise ``ValueError`` if bad."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        updated, thread_id = orjson.loads(base64.urlsafe_b64decode(padded))
+        if not isinstance(updated, int) or not isinstance(thread_id, str):
+            raise ValueError
+    except Exception:
+        raise ValueError(f"invalid thread listing cursor {cursor!r}") from None
+    return updated, thread_id
+
+
+def listing_key(metadata: ThreadMetadata) -> tuple[int, str]:
+    """Return the sort key of listings: newest update first, then thread id descending."""
+    return (metadata.updated_at_ms, metadata.thread_id)
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+"""Marks an argument that was not given (as opposed to None)."""
+
+
+# --- the store contract ---------------------------------------------------------------------
+
+
+class ThreadStore(ABC):
+    """A thread store: per-thread append-only journals of events plus listable metadata.
+
+    Implementations must append a batch atomically and durably before returning, assign
+    consecutive sequence numbers from 1, validate thread ids with :func:`validate_thread_id`,
+    and be safe for many tasks (and, where stated, many processes) at once. Blocking work runs
+    off the event loop. ``roder_api.testing`` holds the conformance suite.
+    """
+
+    @abstractmethod
+    async def create_thread(self, metadata: ThreadMetadata) -> ThreadMetadata:
+        """Create a thread with ``metadata`` (title, times, extra); return what is stored.
+
+        Raise ``ThreadExistsError`` when the id is taken. Usage, counts and
+        ``last_sequence`` of ``metadata`` are ignored: they are folded from the journal.
+        """
+
+    @abstractmethod
+    async def get_thread(self, thread_id: str) -> ThreadMetadata:
+        """Return a thread's metadata; raise ``ThreadNotFoundError`` when it does not exist."""
+
+    async def thread_exists(self, thread_id: str) -> bool:
+        """Return True when the thread exists."""
+        try:
+            await self.get_thread(thread_id)
+        except ThreadNotFoundError:
+            return False
+        return True
+
+    @abstractmethod
+    async def update_thread(
+        self,
+        thread_id: str,
+        *,
+        title: str | None = UNSET,
+        extra: Mapping[str, Any] = UNSET,
+    ) -> ThreadMetadata:
+        """Change a thread's title and/or extra metadata; return the new metadata."""
+
+    @abstractmethod
+    async def append_events(self, thread_id: str, events: Sequence[Event]) -> list[JournalEvent]:
+        """Append ``events`` as one atomic, durable batch; return them as journaled.
+
+        Raise ``UnserializableEventError`` (storing nothing) when one cannot be serialised.
+        """
+
+    @abstractmethod
+    async def import_events(self, thread_id: str, entries: Sequence[JournalEvent]) -> None:
+        """Append journal events verbatim (same sequence numbers and times), atomically.
+
+        Raise ``SequenceConflictError`` unless they continue the journal consecutively.
+        """
+
+    @abstractmethod
+    async def read_events(
+        self, thread_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[JournalEvent]:
+        """Return the journal events with sequence above ``after``, in order."""
+
+    async def event_page(
+        self, thread_id: str, *, before: int | None = None, limit: int = 50
+    ) -> EventPage:
+        """Return up to ``limit`` events below ``before`` (newest when None), ascending."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        if before is None:
+            meta = await self.get_thread(thread_id)
+            before = meta.last_sequence + 1
+        after = max(0, before - 1 - limit)
+        events = [e for e in await self.read_events(thread_id, after=after) if e.sequence < before]
+        first = events[0].sequence if events else before
+        return EventPage(tuple(events), first if first > 1 else None)
+
+    async def replay_events(self, thread_id: str) -> list[JournalEvent]:
+        """Return the events from the last compaction boundary on (all when there is none)."""
+        entries = await self.read_events(thread_id)
+        return entries[replay_start(entries) :]
+
+    @abstractmethod
+    async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> ThreadPage:
+        """Return a page of threads, newest update first, with a stable cursor."""
+
+    @abstractmethod
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread and its journal; raise ``ThreadNotFoundError`` if it is absent."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Release the store's resources; the default does nothing."""
+
+    async def __aenter__(self) -> ThreadStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class ThreadStoreFactory(ABC):
+    """Opens thread stores of one backend; registered under ``id``."""
+
+    id: str = ""
+
+    @abstractmethod
+    async def open(self) -> ThreadStore:
+        """Return an open store; raise a ``StoreError`` with advice when it cannot be opened."""
+
+    def describe(self) -> str:
+        """Return a one-line description of where this factory stores threads."""
+        return self.id
+
+
+__all__ = [
+    "EventPage",
+    "THREAD_ID_PATTERN",
+    "ThreadMetadata",
+    "ThreadPage",
+    "ThreadSnapshot",
+    "ThreadStore",
+    "ThreadStoreFactory",
+    "Turn",
+    "UNSET",
+    "decode_cursor",
+    "encode_cursor",
+    "fold_metadata",
+    "listing_key",
+    "replay_start",
+    "turns_from_events",
+    "validate_thread_id",
+]

@@ -1,0 +1,30 @@
+"""The Roder runtime: sessions, turns, the recorder, compaction, retries, config and the CLI.
+
+Machinery lives in private ``_*.py`` modules; the public names are re-exported here.
+"""
+
+from __future__ import annotations
+
+from roder_runtime._config import (
+    CompactionConfig,
+    ReliabilityConfig,
+    RuntimeConfig,
+    default_config_path,
+    load_config,
+    roder_home,
+)
+from roder_runtime._runtime import DEFAULT_ENGINE, Runtime
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CompactionConfig",
+    "DEFAULT_ENGINE",
+    "ReliabilityConfig",
+    "Runtime",
+    "RuntimeConfig",
+    "__version__",
+    "default_config_path",
+    "load_config",
+    "roder_home",
+]

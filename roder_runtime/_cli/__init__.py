@@ -1,0 +1,72 @@
+"""The ``roder`` command.
+
+Exit codes: 0 success, 1 failure (a clear one-line error on stderr; ``--debug`` adds the
+traceback), 2 usage error, 130 interrupted. Each command group lives in its own module with
+a ``register(subparsers)`` function that adds its parser and sets ``handler``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Sequence
+
+import anyio
+
+from roder_api.errors import RoderError
+from roder_runtime import __version__
+from roder_runtime._cli import _chat, _plugins, _threads
+from roder_runtime._cli._common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CommandError
+
+COMMAND_MODULES = (_chat, _plugins, _threads)
+"""The modules whose ``register`` adds a command (in ``roder --help`` order)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the ``roder`` argument parser with every command."""
+    parser = argparse.ArgumentParser(
+        prog="roder",
+        description="Roder: a small, durable agent runtime.",
+        epilog="exit codes: 0 ok, 1 failure, 2 usage error, 130 interrupted",
+    )
+    parser.add_argument("--version", action="version", version=f"roder {__version__}")
+    parser.add_argument(
+        "--config", metavar="PATH", help="configuration file (default $RODER_HOME/config.toml)"
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in COMMAND_MODULES:
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``roder`` command; return its exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        code: int = anyio.run(handler, args)
+        return code
+    except KeyboardInterrupt:
+        print("roder: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except CommandError as exc:
+        print(f"roder: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except RoderError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"roder: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except BrokenPipeError:
+        return EXIT_FAILURE
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""``roder plugins``: the installed plugins, their versions and what they registered."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from roder_api.extension import ExtensionRegistryBuilder
+from roder_runtime._cli._common import EXIT_OK, add_json_flag, print_json
+from roder_runtime._config import load_config
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``plugins`` command."""
+    parser = subparsers.add_parser(
+        "plugins",
+        help="list installed plugins",
+        description="List installed plugins (limited by RODER_PLUGINS), with load errors.",
+        epilog=(
+            "examples:\n  roder plugins\n  roder plugins --json\n"
+            "  RODER_PLUGINS=jsonl roder plugins"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_json_flag(parser)
+    parser.set_defaults(handler=plugins_command)
+
+
+async def plugins_command(args: argparse.Namespace) -> int:
+    """Print each plugin: name, version, engines, thread stores, or its load error."""
+    config = load_config(args.config)
+    builder = ExtensionRegistryBuilder(settings=config.plugin_settings())
+    infos = builder.load_entry_points()
+    if args.json:
+        print_json([info.to_json() for info in infos])
+        return EXIT_OK
+    if not infos:
+        print("no plugins loaded")
+        return EXIT_OK
+    for info in infos:
+        line = f"{info.name} {info.version or '?'}"
+        if info.error:
+            print(f"{line}  FAILED: {info.error}")
+            continue
+        parts = []
+        if info.engines:
+            parts.append("engines: " + ", ".join(info.engines))
+        if info.thread_stores:
+            parts.append("thread stores: " + ", ".join(info.thread_stores))
+        print(f"{line}  " + "; ".join(parts or ["registers nothing"]))
+    return EXIT_OK

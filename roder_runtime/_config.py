@@ -1,0 +1,273 @@
+"""Runtime configuration: dataclasses, the TOML file, environment overrides, provenance."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from roder_api.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+DEFAULT_HOME = "~/.roder"
+
+
+def roder_home(environ: Mapping[str, str] | None = None) -> Path:
+    """Return ``$RODER_HOME`` (default ``~/.roder``), expanded."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("RODER_HOME") or DEFAULT_HOME).expanduser()
+
+
+@dataclass
+class ReliabilityConfig:
+    """Retry policy for provider calls.
+
+    ``provider_retry_max_attempts`` counts every attempt, the first included. Backoff starts
+    at ``provider_retry_initial_backoff_ms`` (0 allowed), doubles per retry, is jittered and
+    capped at ``provider_retry_max_backoff_ms``; a provider's ``retry_after`` is honoured.
+    """
+
+    provider_retry_max_attempts: int = 3
+    provider_retry_initial_backoff_ms: int = 1000
+    provider_retry_max_backoff_ms: int = 30_000
+
+
+@dataclass
+class CompactionConfig:
+    """When and how compaction runs.
+
+    Automatic compaction runs before a model call when the estimated replay size passes
+    ``auto_compact_fraction`` of the model's context window (0 disables it).
+    """
+
+    auto_compact_fraction: float = 0.8
+    summary_max_tokens: int = 2000
+
+
+@dataclass
+class RuntimeConfig:
+    """Everything the runtime is configured with (a mutable dataclass).
+
+    ``sources`` maps dotted keys to where their value came from (``default``, the file and
+    line, or the environment variable), for ``roder config show``.
+    """
+
+    max_input_bytes: int = 1024 * 1024
+    submission_queue_capacity: int = 64
+    recorder_event_capacity: int = 512
+    recorder_byte_budget: int = 8 * 1024 * 1024
+    thread_store: str | None = None
+    thread_store_settings: dict[str, Any] = field(default_factory=dict)
+    default_engine: str | None = None
+    default_model: str | None = None
+    instructions: str | None = None
+    reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    engines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def plugin_settings(self) -> dict[str, dict[str, Any]]:
+        """Return the settings handed to plugins: engine tables and the store's table."""
+        settings: dict[str, dict[str, Any]] = {k: dict(v) for k, v in self.engines.items()}
+        store_id = self.thread_store or "jsonl"
+        settings[store_id] = {**settings.get(store_id, {}), **self.thread_store_settings}
+        return settings
+
+
+_TOP_LEVEL_INTS = (
+    "max_input_bytes",
+    "submission_queue_capacity",
+    "recorder_event_capacity",
+    "recorder_byte_budget",
+)
+_TOP_LEVEL_STRS = ("default_engine", "default_model", "instructions")
+_SECTIONS: dict[str, type] = {"reliability": ReliabilityConfig, "compaction": CompactionConfig}
+
+_ENV_OVERRIDES: tuple[tuple[str, str], ...] = (
+    ("RODER_DEFAULT_ENGINE", "default_engine"),
+    ("RODER_DEFAULT_MODEL", "default_model"),
+    ("RODER_THREAD_STORE", "thread_store.backend"),
+    ("RODER_THREADS_PATH", "thread_store.path"),
+    ("RODER_POSTGRES_DSN", "thread_store.dsn"),
+)
+
+
+def _line_of(text: str | None, table: str | None, key: str) -> int | None:
+    """Return the line where ``key`` is set in ``[table]`` (or at top level), if found."""
+    if text is None:
+        return None
+    current: str | None = None
+    pattern = re.compile(r"^\s*(" + re.escape(key) + r'|"' + re.escape(key) + r'")\s*=')
+    header = re.compile(r"^\s*\[\s*([^\]]+?)\s*\]")
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = header.match(line)
+        if match:
+            current = match.group(1).strip()
+            if table is not None and current == table and key == "":
+                return number
+            continue
+        if current == table and pattern.match(line):
+            return number
+    return None
+
+
+class _Loader:
+    def __init__(self, source: str, text: str | None, sources: dict[str, str]) -> None:
+        self.source = source
+        self.text = text
+        self.sources = sources
+
+    def error(self, message: str, table: str | None, key: str) -> ConfigError:
+        dotted = f"{table}.{key}" if table else key
+        return ConfigError(
+            f"{message} (key {dotted!r})",
+            source=self.source,
+            key=dotted,
+            line=_line_of(self.text, table, key),
+        )
+
+    def where(self, table: str | None, key: str) -> str:
+        line = _line_of(self.text, table, key)
+        return f"{self.source}:{line}" if line else self.source
+
+    def int_value(self, value: Any, table: str | None, key: str, minimum: int = 0) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(f"expected an integer, got {value!r}", table, key)
+        if value < minimum:
+            raise self.error(f"must be at least {minimum}, got {value}", table, key)
+        return value
+
+    def apply(self, data: Mapping[str, Any], config: RuntimeConfig) -> None:
+        for key, value in data.items():
+            if key in _TOP_LEVEL_INTS:
+                minimum = 1
+                setattr(config, key, self.int_value(value, None, key, minimum))
+            elif key in _TOP_LEVEL_STRS:
+                if not isinstance(value, str):
+                    raise self.error(f"expected a string, got {value!r}", None, key)
+                setattr(config, key, value)
+            elif key == "thread_store":
+                self.apply_store(value, config)
+                continue
+            elif key in _SECTIONS:
+                self.apply_section(key, value, getattr(config, key))
+                continue
+            elif key == "engines":
+                self.apply_engines(value, config)
+                continue
+            else:
+                raise self.error("unknown key", None, key)
+            config.sources[key] = self.where(None, key)
+
+    def apply_store(self, value: Any, config: RuntimeConfig) -> None:
+        if not isinstance(value, Mapping):
+            raise self.error("expected a table", None, "thread_store")
+        for key, item in value.items():
+            if key == "backend":
+                if not isinstance(item, str) or not item:
+                    raise self.error(f"expected a store id, got {item!r}", "thread_store", key)
+                config.thread_store = item
+            else:
+                config.thread_store_settings[key] = item
+            config.sources[f"thread_store.{key}"] = self.where("thread_store", key)
+
+    def apply_section(self, name: str, value: Any, target: Any) -> None:
+        if not isinstance(value, Mapping):
+            raise self.error("expected a table", None, name)
+        known = {f.name: f for f in fields(target)}
+        for key, item in value.items():
+            if key not in known:
+                raise self.error("unknown key", name, key)
+            current = getattr(target, key)
+            if isinstance(current, bool):
+                if not isinstance(item, bool):
+                    raise self.error(f"expected true or false, got {item!r}", name, key)
+            elif isinstance(current, int):
+                minimum = 1 if key == "provider_retry_max_attempts" else 0
+                item = self.int_value(item, name, key, minimum)
+            elif isinstance(current, float):
+                if isinstance(item, bool) or not isinstance(item, (int, float)):
+                    raise self.error(f"expected a number, got {item!r}", name, key)
+                if not 0 <= item <= 1:
+                    raise self.error(f"must be between 0 and 1, got {item}", name, key)
+                item = float(item)
+            setattr(target, key, item)
+            self.sources[f"{name}.{key}"] = self.where(name, key)
+
+    def apply_engines(self, value: Any, config: RuntimeConfig) -> None:
+        if not isinstance(value, Mapping):
+            raise self.error("expected a table of engine tables", None, "engines")
+        for engine_id, table in value.items():
+            if not isinstance(table, Mapping):
+                raise self.error("expected a table", "engines", engine_id)
+            config.engines[engine_id] = dict(table)
+            for key in table:
+                config.sources[f"engines.{engine_id}.{key}"] = self.where(
+                    f"engines.{engine_id}", key
+                )
+
+
+def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
+    """Return ``$RODER_HOME/config.toml``."""
+    return roder_home(environ) / "config.toml"
+
+
+def load_config(
+    path_or_mapping: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> RuntimeConfig:
+    """Return the configuration from a TOML file or a mapping, with environment overrides.
+
+    With None, ``$RODER_HOME/config.toml`` is read when it exists. Unknown keys and bad
+    values raise ``ConfigError`` naming the file, the key and the line.
+    """
+    env = os.environ if environ is None else environ
+    config = RuntimeConfig()
+    for f in fields(config):
+        if f.name not in ("sources", "engines", "thread_store_settings"):
+            config.sources[f.name] = "default"
+    data: Mapping[str, Any]
+    if path_or_mapping is None or isinstance(path_or_mapping, (str, os.PathLike)):
+        path = Path(path_or_mapping) if path_or_mapping is not None else default_config_path(env)
+        if path_or_mapping is None and not path.exists():
+            data, loader = {}, _Loader("<defaults>", None, config.sources)
+        else:
+            try:
+                text = path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                raise ConfigError("configuration file not found", source=str(path)) from None
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"cannot read configuration: {exc}", source=str(path)) from None
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                found = re.search(r"at line (\d+)", str(exc))
+                line = getattr(exc, "lineno", None) or (int(found.group(1)) if found else None)
+                raise ConfigError(f"invalid TOML: {exc}", source=str(path), line=line) from None
+            loader = _Loader(str(path), text, config.sources)
+    else:
+        data, loader = path_or_mapping, _Loader("<mapping>", None, config.sources)
+    loader.apply(data, config)
+    for var, key in _ENV_OVERRIDES:
+        value = env.get(var)
+        if not value:
+            continue
+        if key.startswith("thread_store."):
+            sub = key.split(".", 1)[1]
+            if sub == "backend":
+                config.thread_store = value
+            else:
+                config.thread_store_settings[sub] = value
+        else:
+            setattr(config, key, value)
+        config.sources[key] = f"env {var}"
+    return config

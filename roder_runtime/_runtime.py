@@ -1,0 +1,241 @@
+"""The runtime: threads on the configured store, engines from the registry, turns."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from roder_api.errors import RoderError, StoppedError, ThreadNotFoundError, UnknownThreadStoreError
+from roder_api.events import Event, ItemCompleted, JournalEvent, TurnStarted, UsageUpdated
+from roder_api.extension import ExtensionRegistry, ExtensionRegistryBuilder
+from roder_api.inference import InferenceEngine, TokenUsage
+from roder_api.threads import (
+    EventPage,
+    ThreadMetadata,
+    ThreadPage,
+    ThreadSnapshot,
+    ThreadStore,
+    ThreadStoreFactory,
+    turns_from_events,
+    validate_thread_id,
+)
+from roder_api.transcript import TranscriptItem, UserMessage, trim_to_last_compaction_boundary
+from roder_runtime._config import RuntimeConfig, load_config
+from roder_runtime._turns import Emit, new_id, run_turn
+
+DEFAULT_ENGINE = "scripted"
+"""The engine used when no ``default_engine`` is configured."""
+
+
+class Runtime:
+    """Threads on the configured thread store, engines from the registry, and turns.
+
+    Use ``async with Runtime(registry, config)`` or call ``aclose()``. The store is opened on
+    first use. A runtime made by :meth:`from_config` owns its registry and closes it.
+    """
+
+    def __init__(
+        self,
+        registry: ExtensionRegistry,
+        config: RuntimeConfig | None = None,
+        *,
+        owns_registry: bool = False,
+    ) -> None:
+        self.registry = registry
+        self.config = config if config is not None else RuntimeConfig()
+        self._owns_registry = owns_registry
+        self._store: ThreadStore | None = None
+        self._store_lock = anyio.Lock()
+        self._closed = False
+
+    @classmethod
+    def from_config(
+        cls,
+        path_or_mapping: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+    ) -> Runtime:
+        """Return a runtime configured from TOML (a path, a mapping, or ``config.toml``).
+
+        Installed plugins are loaded from entry points (limited by ``RODER_PLUGINS``) and
+        handed their settings.
+        """
+        config = load_config(path_or_mapping, environ=environ)
+        builder = ExtensionRegistryBuilder(settings=config.plugin_settings())
+        builder.load_entry_points()
+        return cls(builder.build(), config, owns_registry=True)
+
+    # --- components ------------------------------------------------------------------------
+
+    def thread_store_factory(self) -> ThreadStoreFactory:
+        """Return the configured store factory (the only one, or ``jsonl`` among several)."""
+        factories = self.registry.thread_store_factories
+        if self.config.thread_store is not None:
+            return self.registry.thread_store_factory(self.config.thread_store)
+        if len(factories) == 1:
+            return next(iter(factories.values()))
+        if "jsonl" in factories:
+            return factories["jsonl"]
+        if not factories:
+            raise UnknownThreadStoreError("jsonl", ())
+        raise RoderError(
+            "several thread stores are registered ("
+            + ", ".join(sorted(factories))
+            + "); choose one with [thread_store] backend = ... in config.toml"
+        )
+
+    async def store(self) -> ThreadStore:
+        """Return the open thread store, opening it on first use."""
+        if self._closed:
+            raise StoppedError("the runtime is closed; create a new Runtime")
+        if self._store is None:
+            async with self._store_lock:
+                if self._store is None:
+                    self._store = await self.thread_store_factory().open()
+        return self._store
+
+    def engine(self, engine_id: str | None = None) -> InferenceEngine:
+        """Return the engine ``engine_id``, or the default engine (``scripted`` when unset)."""
+        return self.registry.inference_engine(
+            engine_id or self.config.default_engine or DEFAULT_ENGINE
+        )
+
+    def default_model(self, engine: InferenceEngine) -> str:
+        """Return the configured default model, or a name derived from the engine."""
+        return self.config.default_model or f"{engine.id}-default"
+
+    # --- threads -----------------------------------------------------------------------------
+
+    async def create_thread(
+        self,
+        thread_id: str | None = None,
+        *,
+        title: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> ThreadMetadata:
+        """Create a thread (a fresh id when ``thread_id`` is None); return its metadata."""
+        thread_id = validate_thread_id(thread_id) if thread_id is not None else uuid.uuid4().hex
+        now = int(time.time() * 1000)
+        metadata = ThreadMetadata(
+            thread_id=thread_id,
+            created_at_ms=now,
+            updated_at_ms=now,
+            title=title,
+            extra=dict(extra or {}),
+        )
+        return await (await self.store()).create_thread(metadata)
+
+    async def get_thread(self, thread_id: str) -> ThreadMetadata:
+        """Return a thread's metadata; raise ``ThreadNotFoundError`` when absent."""
+        return await (await self.store()).get_thread(thread_id)
+
+    async def append_events(self, thread_id: str, events: Sequence[Event]) -> list[JournalEvent]:
+        """Append events to a thread's journal as one atomic, durable batch."""
+        return await (await self.store()).append_events(thread_id, events)
+
+    async def persist_turn_item(
+        self, thread_id: str, turn_id: str, item: TranscriptItem
+    ) -> JournalEvent:
+        """Append one completed transcript item to a turn of a thread."""
+        (entry,) = await self.append_events(thread_id, [ItemCompleted(turn_id, item)])
+        return entry
+
+    async def record_usage(
+        self, thread_id: str, turn_id: str | None, usage: TokenUsage, *, purpose: str = "turn"
+    ) -> JournalEvent:
+        """Bill ``usage`` to a thread (``purpose``: turn, compaction, discarded_compaction)."""
+        (entry,) = await self.append_events(thread_id, [UsageUpdated(turn_id, usage, purpose)])
+        return entry
+
+    async def load_thread(self, thread_id: str) -> ThreadSnapshot | None:
+        """Return a thread's metadata and whole history by turn, or None when absent."""
+        store = await self.store()
+        try:
+            events = await store.read_events(thread_id)
+            metadata = await store.get_thread(thread_id)
+        except ThreadNotFoundError:
+            return None
+        return ThreadSnapshot(metadata, turns_from_events(events))
+
+    async def list_threads(self, cursor: str | None = None, limit: int = 50) -> ThreadPage:
+        """Return a page of threads, newest update first."""
+        return await (await self.store()).list_threads(cursor=cursor, limit=limit)
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread; raise ``ThreadNotFoundError`` when absent."""
+        await (await self.store()).delete_thread(thread_id)
+
+    async def event_page(
+        self, thread_id: str, before: int | None = None, limit: int = 50
+    ) -> EventPage:
+        """Return ``limit`` journal events below ``before`` (newest when None), ascending."""
+        return await (await self.store()).event_page(thread_id, before=before, limit=limit)
+
+    async def replay_history(self, thread_id: str) -> list[TranscriptItem]:
+        """Return the transcript items from the last compaction boundary on."""
+        entries = await (await self.store()).replay_events(thread_id)
+        items = [e.event.item for e in entries if isinstance(e.event, ItemCompleted)]
+        return trim_to_last_compaction_boundary(items)
+
+    # --- turns -------------------------------------------------------------------------------
+
+    async def run_turn(
+        self,
+        thread_id: str,
+        text: str,
+        *,
+        emit: Emit | None = None,
+        engine: str | None = None,
+        model: str | None = None,
+        turn_id: str | None = None,
+    ) -> str | None:
+        """Run one turn on a thread: persist every event, then hand it to ``emit``.
+
+        Return the assistant's reply, or None when the turn failed (its journal says why).
+        """
+        chosen = self.engine(engine)
+        model_id = model or self.default_model(chosen)
+        turn_id = turn_id or new_id("turn")
+        history = await self.replay_history(thread_id)
+
+        async def persist(events: Sequence[Event]) -> None:
+            entries = await self.append_events(thread_id, events)
+            if emit is not None:
+                await emit([e.event for e in entries])
+
+        await persist([TurnStarted(turn_id), ItemCompleted(turn_id, UserMessage(text))])
+        return await run_turn(
+            chosen,
+            self.config,
+            thread_id=thread_id,
+            turn_id=turn_id,
+            model=model_id,
+            transcript=[*history, UserMessage(text)],
+            emit=persist,
+        )
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the store (and the registry when this runtime built it)."""
+        if self._closed:
+            return
+        self._closed = True
+        store, self._store = self._store, None
+        try:
+            if store is not None:
+                await store.aclose()
+        finally:
+            if self._owns_registry:
+                await self.registry.aclose()
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

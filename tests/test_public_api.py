@@ -1,0 +1,92 @@
+"""Each package's public surface: sorted ``__all__``, every name real and documented."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import pytest
+
+MODULES = [
+    "roder_api",
+    "roder_api.codec",
+    "roder_api.errors",
+    "roder_api.events",
+    "roder_api.extension",
+    "roder_api.inference",
+    "roder_api.testing",
+    "roder_api.threads",
+    "roder_api.transcript",
+    "roder_runtime",
+    "roder_jsonl_thread_store",
+]
+
+
+@pytest.mark.parametrize("module_name", MODULES)
+def test_all_is_sorted_and_complete(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    names = module.__all__
+    assert list(names) == sorted(names), f"{module_name}.__all__ is not sorted"
+    assert len(set(names)) == len(names)
+    for name in names:
+        obj = getattr(module, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert obj.__doc__, f"{module_name}.{name} has no docstring"
+
+
+def test_contract_names_exist() -> None:
+    from roder_api import errors, inference, threads, transcript
+
+    for name in [
+        "PluginLoadError",
+        "DuplicateRegistrationError",
+        "UnknownEngineError",
+        "UnknownThreadStoreError",
+        "ThreadNotFoundError",
+        "ThreadExistsError",
+        "InvalidThreadIdError",
+        "StoreCorruptedError",
+        "CompactionError",
+        "CompactionFailed",
+        "CompactionPreempted",
+        "BusyError",
+        "InputTooLargeError",
+        "StoppedError",
+    ]:
+        assert issubclass(getattr(errors, name), errors.RoderError)
+    assert issubclass(errors.CompactionFailed, errors.CompactionError)
+    assert issubclass(errors.ThreadNotFoundError, LookupError)
+    kinds = {k.name for k in inference.ProviderFailureKind}
+    assert kinds == {
+        "STREAM_INTERRUPTED",
+        "RATE_LIMITED",
+        "OVERLOADED",
+        "TIMEOUT",
+        "NETWORK",
+        "AUTHENTICATION",
+        "INVALID_REQUEST",
+        "CONTEXT_WINDOW_EXCEEDED",
+        "CONTENT_FILTERED",
+        "OTHER",
+    }
+    assert inference.ProviderFailure(inference.ProviderFailureKind.RATE_LIMITED, "x").retryable
+    assert not inference.ProviderFailureKind.AUTHENTICATION.retryable
+    assert inference.InferenceCapabilities.text_only().tool_calls is False
+    assert threads.ThreadStore.__abstractmethods__
+    assert transcript.trim_to_last_compaction_boundary([]) == []
+
+
+def test_engine_without_compact_turn_has_no_native_compaction() -> None:
+    from roder_api.inference import InferenceEngine
+
+    class Plain(InferenceEngine):
+        id = "plain"
+
+    class Native(InferenceEngine):
+        id = "native"
+
+        async def compact_turn(self, ctx, request):  # type: ignore[no-untyped-def, override]
+            yield None
+
+    assert not Plain().supports_native_compaction
+    assert Native().supports_native_compaction
