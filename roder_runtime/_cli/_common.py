@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
 
 import orjson
 
 from roder_runtime._runtime import Runtime
+
+T = TypeVar("T")
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -37,6 +40,19 @@ def print_json(data: Any) -> None:
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     """Add ``--json`` (machine-readable output) to a command."""
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def progress(
+    iterable: Iterable[T], *, total: int | None = None, desc: str = "", quiet: bool = False
+) -> Iterator[T]:
+    """Return ``iterable`` wrapped in a progress bar on stderr (shown only on a terminal).
+
+    ``quiet`` (for example with ``--json``) hides it.
+    """
+    from tqdm import tqdm
+
+    disable = quiet or not sys.stderr.isatty()
+    return iter(tqdm(iterable, total=total, desc=desc, disable=disable, file=sys.stderr))
 
 
 def format_ms(ms: int) -> str:
