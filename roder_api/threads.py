@@ -279,6 +279,16 @@ class ThreadStore(ABC):
     async def delete_thread(self, thread_id: str) -> None:
         """Delete a thread and its journal; raise ``ThreadNotFoundError`` if it is absent."""
 
+    async def thread_size_bytes(self, thread_id: str) -> int | None:
+        """Return the bytes a thread occupies in the store, or None when the store cannot tell.
+
+        Used by ``roder threads prune`` to say how much space deleting frees. The default
+        returns None (the command then estimates from the serialised journal); raise
+        ``ThreadNotFoundError`` when the thread does not exist.
+        """
+        await self.get_thread(thread_id)
+        return None
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
         """Release the store's resources; the default does nothing."""
 

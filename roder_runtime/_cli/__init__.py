@@ -16,11 +16,30 @@ import anyio
 
 from roder_api.errors import RoderError
 from roder_runtime import __version__
-from roder_runtime._cli import _chat, _plugins, _threads
+from roder_runtime._cli import _chat, _config_cmd, _plugins, _replay, _threads
 from roder_runtime._cli._common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CommandError
 
-COMMAND_MODULES = (_chat, _plugins, _threads)
+COMMAND_MODULES = (_chat, _threads, _replay, _plugins, _config_cmd)
 """The modules whose ``register`` adds a command (in ``roder --help`` order)."""
+
+
+EPILOG = """\
+examples:
+  roder chat                                  chat on a new durable thread
+  roder chat --thread ID                      continue a thread
+  roder threads list --updated-after 7d       find recent threads
+  roder threads show ID                       read a transcript
+  roder replay ID                             what the next model call receives
+  roder threads prune --older-than 30d --dry-run
+  roder config show                           settings and where they came from
+  roder COMMAND --help                        each command's options and examples
+
+exit codes:
+  0    ok
+  1    failure (a one-line error on stderr; --debug adds the traceback)
+  2    usage error (bad arguments, or a question that cannot be asked without a terminal)
+  130  interrupted
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="roder",
         description="Roder: a small, durable agent runtime.",
-        epilog="exit codes: 0 ok, 1 failure, 2 usage error, 130 interrupted",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"roder {__version__}")
     parser.add_argument(
@@ -65,6 +85,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     except BrokenPipeError:
         return EXIT_FAILURE
+    except Exception as exc:  # noqa: BLE001 - one clear line instead of a traceback
+        if args.debug:
+            traceback.print_exc()
+        print(f"roder: error: {_describe(exc)}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def _describe(exc: BaseException) -> str:
+    """Return a one-line account of an unexpected error, pointing to ``--debug``."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return f"{type(exc).__name__}: {exc} (run with --debug for the traceback)"
 
 
 def run() -> None:

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
+import os
+import re
 import sys
-from collections.abc import Iterable, Iterator
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
+import anyio.to_thread
 import orjson
 
 from roder_runtime._runtime import Runtime
@@ -57,6 +63,131 @@ def progress(
 
 def format_ms(ms: int) -> str:
     """Return a UTC timestamp for milliseconds since the epoch."""
-    import datetime as _dt
-
     return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def iso_ms(ms: int) -> str:
+    """Return an ISO 8601 UTC time (``2026-01-31T12:00:00.000Z``) for epoch milliseconds."""
+    moment = _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def add_command(
+    subparsers: Any,
+    name: str,
+    *,
+    help: str,
+    description: str | None = None,
+    examples: Sequence[str] = (),
+) -> argparse.ArgumentParser:
+    """Return a new sub-command parser whose ``--help`` ends with ``examples``."""
+    epilog = None
+    if examples:
+        epilog = "examples:\n" + "\n".join(f"  {line}" for line in examples)
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name,
+        help=help,
+        description=description or help[:1].upper() + help[1:] + ".",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
+
+
+_DURATION_UNITS_MS = {
+    "s": 1000,
+    "m": 60 * 1000,
+    "h": 60 * 60 * 1000,
+    "d": 24 * 60 * 60 * 1000,
+    "w": 7 * 24 * 60 * 60 * 1000,
+}
+_DURATION = re.compile(r"(?:\d+[smhdw])+", re.ASCII)
+_DURATION_PART = re.compile(r"(\d+)([smhdw])", re.ASCII)
+
+
+def parse_duration(text: str) -> int:
+    """Return the milliseconds of a duration such as ``30d``, ``12h``, ``2w`` or ``1d12h``.
+
+    Raise ``argparse.ArgumentTypeError`` (a usage error) for anything else.
+    """
+    cleaned = text.strip().lower()
+    if not _DURATION.fullmatch(cleaned):
+        raise argparse.ArgumentTypeError(
+            f"invalid duration {text!r}: use a number and a unit (s, m, h, d, w), e.g. 30d or 12h"
+        )
+    return sum(int(n) * _DURATION_UNITS_MS[unit] for n, unit in _DURATION_PART.findall(cleaned))
+
+
+def parse_moment(text: str, *, now_ms: int | None = None) -> int:
+    """Return epoch milliseconds for a date, an ISO time, or a duration ago.
+
+    ``2026-01-31`` (midnight UTC), ``2026-01-31T12:00``, ``2026-01-31T12:00:00+02:00`` (a time
+    without a zone is UTC) or ``7d`` (seven days before now). Raise
+    ``argparse.ArgumentTypeError`` (a usage error) for anything else.
+    """
+    cleaned = text.strip()
+    if _DURATION.fullmatch(cleaned.lower()):
+        now = now_ms if now_ms is not None else now_milliseconds()
+        return now - parse_duration(cleaned)
+    iso = cleaned[:-1] + "+00:00" if cleaned[-1:] in ("Z", "z") else cleaned
+    try:
+        moment = _dt.datetime.fromisoformat(iso)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid time {text!r}: use a date (2026-01-31), an ISO time "
+            "(2026-01-31T12:00:00, UTC unless it names a zone) or a duration ago (7d)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=_dt.timezone.utc)
+    return int(moment.timestamp() * 1000)
+
+
+def now_milliseconds() -> int:
+    """Return the current time in milliseconds since the epoch."""
+    return int(_dt.datetime.now(_dt.timezone.utc).timestamp() * 1000)
+
+
+def format_size(size: int) -> str:
+    """Return a byte count for people (``512 B``, ``1.5 KiB``, ``3.2 MiB``)."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def on_terminal() -> bool:
+    """Return True when stdin is a terminal that a person can answer a question on."""
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):  # stdin closed or replaced by something odd
+        return False
+
+
+async def confirm(question: str) -> bool:
+    """Ask ``question`` on the terminal; return True only for an answer starting with y."""
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    answer = await anyio.to_thread.run_sync(sys.stdin.readline)
+    return answer.strip().lower() in ("y", "yes")
+
+
+async def write_text_file(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a temporary file, then a rename)."""
+
+    def write() -> None:
+        target = Path(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as file:
+                file.write(text)
+            os.replace(tmp, target)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
+
+    await anyio.to_thread.run_sync(write)

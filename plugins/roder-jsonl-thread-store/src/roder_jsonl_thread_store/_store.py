@@ -552,6 +552,18 @@ class JsonlThreadStore(ThreadStore):
         validate_thread_id(thread_id)
         await self._run(self._delete_sync, thread_id)
 
+    async def thread_size_bytes(self, thread_id: str) -> int | None:
+        """Return the size of the thread's journal file in bytes."""
+        path = self.journal_path(thread_id)
+
+        def size() -> int:
+            try:
+                return os.stat(path).st_size
+            except FileNotFoundError:
+                raise ThreadNotFoundError(thread_id) from None
+
+        return await self._run(size)
+
     async def aclose(self) -> None:
         """Close the store; later calls raise ``StoppedError``."""
         self._closed = True
