@@ -180,6 +180,14 @@ async def write_text_file(path: str | os.PathLike[str], text: str) -> None:
         target = Path(path)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
         try:
+            # mkstemp makes the file private (0600); give it the mode a plain open() would.
+            try:
+                mode = os.stat(target).st_mode & 0o7777
+            except FileNotFoundError:
+                umask = os.umask(0o22)
+                os.umask(umask)
+                mode = 0o666 & ~umask
+            os.chmod(tmp, mode)
             with os.fdopen(fd, "w", encoding="utf-8") as file:
                 file.write(text)
             os.replace(tmp, target)

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from roder_api.codec import to_dict
-from roder_api.errors import ThreadNotFoundError
+from roder_api.errors import RoderError, ThreadNotFoundError
 from roder_api.events import (
     AssistantContentDelta,
     CompactionCommitted,
@@ -69,7 +69,7 @@ from roder_runtime._cli._common import (
 )
 from roder_runtime._runtime import Runtime
 
-LIST_SCAN_PAGE = 200
+LIST_SCAN_PAGE = 500
 """Threads read per store page while filtering a listing."""
 
 
@@ -330,7 +330,9 @@ async def _list_page(
                 return found, None
             cursor = page.next_cursor
     except ValueError as exc:
-        # A malformed --cursor: the store says so in a ValueError.
+        if isinstance(exc, RoderError):
+            raise
+        # A malformed --cursor: the store says so in a plain ValueError.
         raise CommandError(str(exc), EXIT_USAGE) from None
 
 
@@ -708,7 +710,7 @@ async def fork_command(args: argparse.Namespace) -> int:
     print(f"thread: {fork.thread_id}")
     print(
         f"forked from {args.thread_id} at sequence {origin.get('sequence')} "
-        f"({copied} events, {fork.item_count} items copied)"
+        f"({_count(copied, 'event')}, {_count(fork.item_count, 'item')} copied)"
     )
     return EXIT_OK
 
@@ -817,6 +819,10 @@ async def prune_command(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("dry run: nothing was deleted")
     return EXIT_OK
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 def _total(items: Sequence[_Doomed]) -> str:
