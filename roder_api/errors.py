@@ -32,6 +32,10 @@ next in their message.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # only for annotations: roder_api.inference imports this module
+    from roder_api.inference import TokenUsage
 
 
 class RoderError(Exception):
@@ -185,11 +189,25 @@ class UnserializableEventError(StoreError, TypeError):
 
 
 class CompactionError(RoderError):
-    """Raised when a compaction does not commit a boundary."""
+    """Raised when a compaction does not commit a boundary.
 
-    def __init__(self, message: str, *, thread_id: str | None = None, reason: str = "") -> None:
+    ``reason`` is the short discard reason (``disconnected``, ``failed``, ...), ``attempts``
+    the number of provider calls made and ``usage`` the tokens they used (already billed).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        thread_id: str | None = None,
+        reason: str = "",
+        attempts: int = 0,
+        usage: TokenUsage | None = None,
+    ) -> None:
         self.thread_id = thread_id
         self.reason = reason
+        self.attempts = attempts
+        self.usage = usage
         super().__init__(message)
 
 

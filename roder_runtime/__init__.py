@@ -5,6 +5,7 @@ Machinery lives in private ``_*.py`` modules; the public names are re-exported h
 
 from __future__ import annotations
 
+from roder_runtime._compaction import CompactionResult
 from roder_runtime._config import (
     CompactionConfig,
     ReliabilityConfig,
@@ -19,6 +20,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CompactionConfig",
+    "CompactionResult",
     "DEFAULT_ENGINE",
     "ReliabilityConfig",
     "Runtime",

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 
 from roder_api.errors import RoderError, StoppedError, ThreadNotFoundError, UnknownThreadStoreError
-from roder_api.events import Event, ItemCompleted, JournalEvent, TurnStarted, UsageUpdated
+from roder_api.events import Event, ItemCompleted, JournalEvent, UsageUpdated
 from roder_api.extension import ExtensionRegistry, ExtensionRegistryBuilder
 from roder_api.inference import InferenceEngine, TokenUsage
 from roder_api.threads import (
@@ -25,6 +25,8 @@ from roder_api.threads import (
     validate_thread_id,
 )
 from roder_api.transcript import TranscriptItem, UserMessage, trim_to_last_compaction_boundary
+from roder_runtime import _compaction
+from roder_runtime._compaction import CompactionResult, PreemptSignal
 from roder_runtime._config import RuntimeConfig, load_config
 from roder_runtime._turns import Emit, new_id, run_turn
 
@@ -208,16 +210,47 @@ class Runtime:
             if emit is not None:
                 await emit([e.event for e in entries])
 
-        await persist([TurnStarted(turn_id), ItemCompleted(turn_id, UserMessage(text))])
+        # Journals TurnStarted and the input, compacting first when the history grew too big.
+        transcript = await _compaction.begin_turn(
+            self, thread_id, turn_id, chosen, model_id, history, UserMessage(text), persist
+        )
+        if transcript is None:
+            return None
         return await run_turn(
             chosen,
             self.config,
             thread_id=thread_id,
             turn_id=turn_id,
             model=model_id,
-            transcript=[*history, UserMessage(text)],
+            transcript=transcript,
             emit=persist,
         )
+
+    # --- compaction ------------------------------------------------------------------------------
+
+    async def compact_with_provider(
+        self,
+        thread_id: str,
+        turn_id: str,
+        engine_id: str | None,
+        model: str | None,
+        history: Sequence[TranscriptItem],
+        *,
+        preempt: PreemptSignal | None = None,
+    ) -> CompactionResult:
+        """Compact ``history`` (the replay history) with the engine and commit the boundary.
+
+        Commit happens in one atomic append only after a clean stream; otherwise the usage
+        observed is billed, the history is left exactly as it was, and ``CompactionFailed``
+        (``.reason``) or ``CompactionPreempted`` is raised. See ``docs/compaction.md``.
+        """
+        return await _compaction.compact_with_provider(
+            self, thread_id, turn_id, engine_id, model, history, preempt=preempt
+        )
+
+    async def usage_by_purpose(self, thread_id: str) -> dict[str, TokenUsage]:
+        """Return a thread's billed usage summed by purpose (turn, compaction, ...)."""
+        return await _compaction.usage_by_purpose(self, thread_id)
 
     # --- lifecycle -----------------------------------------------------------------------------
 
