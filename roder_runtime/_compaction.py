@@ -156,7 +156,8 @@ def _tokens(chars: int) -> int:
 def estimate_item_tokens(item: TranscriptItem) -> int:
     """Return a rough token count of one transcript item (four characters a token).
 
-    A native boundary counts its whole provider JSON (its ``compacted_input`` is replayed).
+    A native boundary counts the JSON of its ``compacted_input`` (what is replayed), or of
+    all its data when it has none.
     """
     if isinstance(item, (UserMessage, AssistantMessage, Reasoning)):
         chars = len(item.text) + len(getattr(item, "encrypted_content", None) or "")
@@ -167,10 +168,12 @@ def estimate_item_tokens(item: TranscriptItem) -> int:
     elif isinstance(item, ContextCompaction):
         chars = len(item.summary)
     elif isinstance(item, ProviderMetadata):
+        # What is replayed: the ``compacted_input`` when there is one, else the whole JSON.
+        replayed = item.data.get("compacted_input") or item.data
         try:
-            chars = len(orjson.dumps(item.data))
+            chars = len(orjson.dumps(replayed, default=str))
         except TypeError:
-            chars = len(str(item.data))
+            chars = len(str(replayed))
     else:  # an item type from a newer version: count its text form
         chars = len(str(item))
     # A few tokens of per-message framing, as providers count them.
@@ -214,8 +217,9 @@ _WINDOWS: weakref.WeakKeyDictionary[Runtime, dict[tuple[str, str], int | None]] 
 async def model_context_window(runtime: Runtime, engine: InferenceEngine, model: str) -> int | None:
     """Return the context window (tokens) the engine's ``list_models`` gives ``model``.
 
-    None when the engine does not list the model, gives no window, or cannot list its models
-    (then it is asked again next time). Known answers are cached per runtime.
+    A model the engine does not list gets the window all its listed models share, if they
+    share one. None when unknown, or when the engine cannot list its models (then it is
+    asked again next time). Known answers are cached per runtime.
     """
     cache = _WINDOWS.setdefault(runtime, {})
     key = (engine.id, model)
@@ -226,7 +230,12 @@ async def model_context_window(runtime: Runtime, engine: InferenceEngine, model:
         models = await engine.list_models(ctx)
     except Exception:  # a provider that cannot list its models: no auto-compaction this time
         return None
+    windows = {m.context_window for m in models}
     window = next((m.context_window for m in models if m.id == model), None)
+    if window is None and len(windows) == 1:
+        # An unlisted model (e.g. the runtime's derived default) of an engine whose models
+        # all share one window: that window is the engine's, whatever the model's name.
+        window = next(iter(windows))
     cache[key] = window
     return window
 
@@ -408,11 +417,10 @@ def _units(items: Sequence[TranscriptItem]) -> list[list[TranscriptItem]]:
 
 
 def _carried_goal(items: Sequence[TranscriptItem]) -> str | None:
-    """Return the user's goal: the first user message, or the one an earlier summary kept."""
+    """Return the user's goal: the one an earlier summary kept, or the first user message."""
     for item in items:
         if isinstance(item, UserMessage):
             return item.text
-    for item in items:
         if isinstance(item, ContextCompaction):
             for line in item.summary.splitlines():
                 if line.startswith(GOAL_PREFIX):
