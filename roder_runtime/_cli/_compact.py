@@ -106,7 +106,7 @@ async def run_compact(runtime: Runtime, args: argparse.Namespace) -> int:
             f"({_boundary_label(result.boundary)})"
         )
         print(
-            f"replay history: {len(history)} items -> {len(replay)} "
+            f"replay history: {_items(len(history))} -> {len(replay)} "
             f"(the boundary{'' if len(replay) == 1 else ' and what follows it'})"
         )
         print(
@@ -117,8 +117,12 @@ async def run_compact(runtime: Runtime, args: argparse.Namespace) -> int:
     assert error is not None
     print(f"discarded compaction of thread {thread_id}: {error.reason}")
     print(f"  {error}")
-    print(f"replay history unchanged: {len(replay)} items; thread usage by purpose: {spent}")
+    print(f"replay history unchanged: {_items(len(replay))}; thread usage by purpose: {spent}")
     return EXIT_FAILURE
+
+
+def _items(count: int) -> str:
+    return f"{count} item" if count == 1 else f"{count} items"
 
 
 def _error_usage(error: CompactionError | None) -> TokenUsage:
