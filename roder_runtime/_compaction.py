@@ -549,21 +549,21 @@ async def compact_with_provider(
     staged = _Attempt(mode)
     try:
         while True:
-            attempt_no += 1
             staged = _Attempt(mode)
+            if preempt is not None and preempt.is_set():
+                staged.preempted = True  # steered before this attempt: no provider call
+                break
+            attempt_no += 1
             ctx = InferenceTurnContext(
                 thread_id, turn_id, new_id("compaction"), COMPACTION, attempt_no
             )
-            if preempt is not None and preempt.is_set():
-                staged.preempted = True
-            else:
 
-                def open_stream(ctx: InferenceTurnContext = ctx) -> AsyncIterator[InferenceEvent]:
-                    if mode == NATIVE:
-                        return engine.compact_turn(ctx, request)
-                    return engine.stream_turn(ctx, request)
+            def open_stream(ctx: InferenceTurnContext = ctx) -> AsyncIterator[InferenceEvent]:
+                if mode == NATIVE:
+                    return engine.compact_turn(ctx, request)
+                return engine.stream_turn(ctx, request)
 
-                await _run_attempt(open_stream, staged, preempt)
+            await _run_attempt(open_stream, staged, preempt)
             total = total + staged.usage
             reason = staged.verdict()
             failure = staged.failure

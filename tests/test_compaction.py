@@ -429,7 +429,7 @@ async def test_preempt_already_set_calls_no_engine(
         await runtime.compact_with_provider(
             thread_id, "t9", "scripted", None, ORIGINAL, preempt=preempt
         )
-    assert caught.value.attempts == 1 and caught.value.usage == TokenUsage()
+    assert caught.value.attempts == 0 and caught.value.usage == TokenUsage()
     assert engine.compaction_requests == []
     await assert_unchanged(runtime, thread_id, 0)
 
