@@ -13,6 +13,7 @@ from roder_runtime._cli._common import (
     EXIT_FAILURE,
     EXIT_OK,
     CommandError,
+    add_command,
     add_json_flag,
     open_runtime,
     print_json,
@@ -24,7 +25,8 @@ from roder_runtime._turns import new_id
 
 def register(subparsers: Any) -> None:
     """Add the ``compact`` command."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "compact",
         help="compact a thread's history now",
         description=(
@@ -33,13 +35,13 @@ def register(subparsers: Any) -> None:
             "The boundary is committed only after a clean stream; otherwise the history is "
             "left exactly as it was (exit status 1). Every token used is billed either way."
         ),
-        epilog=(
-            "examples:\n  roder compact 3f2a...\n  roder compact 3f2a... --json\n"
-            "  roder compact 3f2a... --engine openai --model gpt-5-mini"
+        examples=(
+            "roder compact 3f2a...",
+            "roder compact 3f2a... --json",
+            "roder compact 3f2a... --engine openai --model gpt-5-mini",
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("thread_id", metavar="THREAD_ID")
+    parser.add_argument("thread_id", metavar="THREAD_ID", help="the thread to compact")
     parser.add_argument("--engine", metavar="ID", help="engine id (default: default_engine)")
     parser.add_argument("--model", metavar="MODEL", help="model id (default: default_model)")
     add_json_flag(parser)
