@@ -6,6 +6,8 @@ lazily so that importing this package does not need pytest.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from roder_api.testing._scripted import (
     Delay,
     Hang,
@@ -19,14 +21,37 @@ from roder_api.testing._scripted import (
     estimate_tokens,
 )
 
+if TYPE_CHECKING:
+    from roder_api.testing.conformance import InferenceEngineConformance, ThreadStoreConformance
+
+_LAZY = {
+    "InferenceEngineConformance": "roder_api.testing.conformance",
+    "ThreadStoreConformance": "roder_api.testing.conformance",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Return the conformance kits on first use (they import pytest)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
     "Delay",
     "Hang",
+    "InferenceEngineConformance",
     "Raise",
     "Script",
     "ScriptFunction",
     "ScriptStep",
     "ScriptedEngine",
+    "ThreadStoreConformance",
     "default_compaction",
     "default_reply",
     "estimate_tokens",

@@ -1,0 +1,19 @@
+"""A Roder thread store in PostgreSQL, for many runtime workers on many machines."""
+
+from __future__ import annotations
+
+from roder_postgres_thread_store._store import (
+    DSN_ENV,
+    SCHEMA_VERSION,
+    PostgresThreadStore,
+    PostgresThreadStoreFactory,
+    migrate_schema,
+)
+
+__all__ = [
+    "DSN_ENV",
+    "PostgresThreadStore",
+    "PostgresThreadStoreFactory",
+    "SCHEMA_VERSION",
+    "migrate_schema",
+]

@@ -1,0 +1,33 @@
+"""Registers the PostgreSQL thread store (id ``postgres``) through the ``roder`` entry point."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from roder_api import hookimpl
+from roder_api.threads import ThreadStoreFactory
+from roder_postgres_thread_store._store import PostgresThreadStoreFactory
+
+
+@hookimpl
+def register_thread_store_factories(
+    register: Callable[[ThreadStoreFactory], None],
+    settings: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """Register the ``postgres`` factory, configured by the ``postgres`` settings table.
+
+    Keys: ``dsn`` (else ``RODER_POSTGRES_DSN`` when the store opens), ``schema``,
+    ``min_size`` / ``max_size`` (the connection pool) and ``connect_timeout_s``.
+    """
+    table = settings.get("postgres", {})
+    dsn = table.get("dsn")
+    register(
+        PostgresThreadStoreFactory(
+            str(dsn) if dsn else None,
+            schema=str(table.get("schema", "roder")),
+            min_size=int(table.get("min_size", 1)),
+            max_size=int(table.get("max_size", 8)),
+            connect_timeout_s=float(table.get("connect_timeout_s", 10.0)),
+        )
+    )

@@ -1,0 +1,515 @@
+"""The SQLite thread store: every thread of a store in one SQLite file, in WAL mode."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio.to_thread
+import orjson
+
+from roder_api.codec import from_dict, to_dict
+from roder_api.errors import (
+    SequenceConflictError,
+    StoppedError,
+    StoreError,
+    ThreadExistsError,
+    ThreadNotFoundError,
+    UnserializableEventError,
+)
+from roder_api.events import Event, JournalEvent, is_boundary_event
+from roder_api.inference import TokenUsage
+from roder_api.threads import (
+    UNSET,
+    EventPage,
+    ThreadMetadata,
+    ThreadPage,
+    ThreadStore,
+    ThreadStoreFactory,
+    decode_cursor,
+    encode_cursor,
+    fold_metadata,
+    listing_key,
+    validate_thread_id,
+)
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+"""The schema version this code writes (kept in ``PRAGMA user_version``)."""
+
+# Each entry migrates the schema from version ``index`` to ``index + 1``; never edit a
+# released entry, append a new one.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """
+        CREATE TABLE roder_threads (
+            thread_id TEXT PRIMARY KEY,
+            updated_at_ms INTEGER NOT NULL,
+            last_sequence INTEGER NOT NULL,
+            boundary_sequence INTEGER NOT NULL,
+            metadata BLOB NOT NULL
+        )
+        """,
+        "CREATE INDEX roder_threads_by_update ON roder_threads (updated_at_ms, thread_id)",
+        """
+        CREATE TABLE roder_events (
+            thread_id TEXT NOT NULL,
+            sequence INTEGER NOT NULL,
+            recorded_at_ms INTEGER NOT NULL,
+            event BLOB NOT NULL,
+            PRIMARY KEY (thread_id, sequence)
+        ) WITHOUT ROWID
+        """,
+    ),
+)
+
+DURABILITY_MODES: Mapping[str, str] = {
+    "fsync": "FULL",
+    "group": "FULL",
+    "normal": "NORMAL",
+    "none": "OFF",
+}
+"""``durability`` setting -> ``PRAGMA synchronous``. ``fsync`` (and ``group``, the same here:
+each WAL commit is synced) survives power loss; ``normal`` survives a process crash; ``none``
+leaves syncing to the OS."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _encode_events(events: Sequence[Event]) -> list[bytes]:
+    try:
+        return [orjson.dumps(to_dict(event)) for event in events]
+    except (TypeError, AttributeError, ValueError) as exc:
+        raise UnserializableEventError(
+            f"cannot serialise an event of this batch: {exc}; nothing was stored"
+        ) from exc
+
+
+def _last_boundary(entries: Sequence[JournalEvent], previous: int) -> int:
+    for entry in reversed(entries):
+        if is_boundary_event(entry.event):
+            return entry.sequence
+    return previous
+
+
+class SqliteThreadStore(ThreadStore):
+    """A thread store in one SQLite file: a ``roder_threads`` row per thread (its metadata,
+    folded on every append) and a ``roder_events`` row per journal event.
+
+    Writers in this process share one connection under a lock; readers use a small pool of
+    connections, which WAL lets read while a write is in progress. Several processes may
+    open the same file: ``BEGIN IMMEDIATE`` and the busy timeout order their writes.
+    """
+
+    def __init__(self, path: Path, *, durability: str = "fsync", busy_timeout_s: float = 30.0):
+        if durability not in DURABILITY_MODES:
+            raise ValueError(
+                f"unknown durability {durability!r}; use one of {', '.join(DURABILITY_MODES)}"
+            )
+        self.path = path
+        self.durability = durability
+        self.busy_timeout_s = busy_timeout_s
+        self._write_lock = threading.Lock()
+        self._pool_lock = threading.Lock()
+        self._readers: list[sqlite3.Connection] = []
+        self._all: list[sqlite3.Connection] = []
+        self._writer: sqlite3.Connection | None = None
+        self._closed = False
+
+    # --- connections ----------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: we issue BEGIN / COMMIT ourselves (BEGIN IMMEDIATE for writes).
+        conn = sqlite3.connect(
+            self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute(f"PRAGMA synchronous = {DURABILITY_MODES[self.durability]}")
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+        except BaseException:
+            conn.close()
+            raise
+        with self._pool_lock:
+            self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _reader(self) -> Iterator[sqlite3.Connection]:
+        with self._pool_lock:
+            if self._closed:
+                raise StoppedError("the SQLite thread store is closed; open a new one")
+            conn = self._readers.pop() if self._readers else None
+        if conn is None:
+            conn = self._connect()
+        try:
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
+        finally:
+            with self._pool_lock:
+                if self._closed:
+                    conn.close()
+                else:
+                    self._readers.append(conn)
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """Hold this process's write lock and an IMMEDIATE transaction; commit on success."""
+        with self._write_lock:
+            if self._closed:
+                raise StoppedError("the SQLite thread store is closed; open a new one")
+            if self._writer is None:
+                self._writer = self._connect()
+            conn = self._writer
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    async def _run(self, func: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise StoppedError("the SQLite thread store is closed; open a new one")
+        try:
+            return await anyio.to_thread.run_sync(func, *args)
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite thread store {self.path}: {exc}") from exc
+
+    # --- blocking work --------------------------------------------------------------------
+
+    @staticmethod
+    def _row(conn: sqlite3.Connection, thread_id: str) -> tuple[int, int, bytes]:
+        row = conn.execute(
+            "SELECT last_sequence, boundary_sequence, metadata FROM roder_threads "
+            "WHERE thread_id = ?",
+            (thread_id,),
+        ).fetchone()
+        if row is None:
+            raise ThreadNotFoundError(thread_id)
+        return int(row[0]), int(row[1]), bytes(row[2])
+
+    @staticmethod
+    def _store_metadata(
+        conn: sqlite3.Connection, metadata: ThreadMetadata, boundary_sequence: int
+    ) -> None:
+        conn.execute(
+            "UPDATE roder_threads SET updated_at_ms = ?, last_sequence = ?, "
+            "boundary_sequence = ?, metadata = ? WHERE thread_id = ?",
+            (
+                metadata.updated_at_ms,
+                metadata.last_sequence,
+                boundary_sequence,
+                orjson.dumps(to_dict(metadata)),
+                metadata.thread_id,
+            ),
+        )
+
+    def _insert(
+        self,
+        conn: sqlite3.Connection,
+        thread_id: str,
+        entries: Sequence[JournalEvent],
+        payloads: Sequence[bytes],
+        previous_boundary: int,
+        metadata: ThreadMetadata,
+    ) -> None:
+        conn.executemany(
+            "INSERT INTO roder_events (thread_id, sequence, recorded_at_ms, event) "
+            "VALUES (?, ?, ?, ?)",
+            [
+                (thread_id, entry.sequence, entry.recorded_at_ms, payload)
+                for entry, payload in zip(entries, payloads, strict=True)
+            ],
+        )
+        folded = fold_metadata(metadata, entries)
+        self._store_metadata(conn, folded, _last_boundary(entries, previous_boundary))
+
+    def _create_sync(self, metadata: ThreadMetadata) -> ThreadMetadata:
+        stored = replace(metadata, usage=TokenUsage(), item_count=0, last_sequence=0)
+        with self._write() as conn:
+            try:
+                conn.execute(
+                    "INSERT INTO roder_threads (thread_id, updated_at_ms, last_sequence, "
+                    "boundary_sequence, metadata) VALUES (?, ?, 0, 0, ?)",
+                    (stored.thread_id, stored.updated_at_ms, orjson.dumps(to_dict(stored))),
+                )
+            except sqlite3.IntegrityError:
+                raise ThreadExistsError(stored.thread_id) from None
+        return stored
+
+    def _append_sync(
+        self, thread_id: str, events: Sequence[Event], payloads: Sequence[bytes]
+    ) -> list[JournalEvent]:
+        with self._write() as conn:
+            last, boundary, raw = self._row(conn, thread_id)
+            now = _now_ms()
+            entries = [JournalEvent(last + 1 + i, now, e) for i, e in enumerate(events)]
+            self._insert(conn, thread_id, entries, payloads, boundary, from_dict(orjson.loads(raw)))
+        return entries
+
+    def _import_sync(
+        self, thread_id: str, entries: Sequence[JournalEvent], payloads: Sequence[bytes]
+    ) -> None:
+        with self._write() as conn:
+            last, boundary, raw = self._row(conn, thread_id)
+            if entries[0].sequence != last + 1:
+                raise SequenceConflictError(thread_id, last + 1, entries[0].sequence)
+            self._insert(conn, thread_id, entries, payloads, boundary, from_dict(orjson.loads(raw)))
+
+    def _update_sync(self, thread_id: str, changes: dict[str, Any]) -> ThreadMetadata:
+        with self._write() as conn:
+            _, boundary, raw = self._row(conn, thread_id)
+            metadata: ThreadMetadata = from_dict(orjson.loads(raw))
+            updated = max(metadata.updated_at_ms, _now_ms())
+            metadata = replace(metadata, updated_at_ms=updated, **changes)
+            self._store_metadata(conn, metadata, boundary)
+        return metadata
+
+    def _delete_sync(self, thread_id: str) -> None:
+        with self._write() as conn:
+            deleted = conn.execute(
+                "DELETE FROM roder_threads WHERE thread_id = ?", (thread_id,)
+            ).rowcount
+            if not deleted:
+                raise ThreadNotFoundError(thread_id)
+            conn.execute("DELETE FROM roder_events WHERE thread_id = ?", (thread_id,))
+
+    def _get_sync(self, thread_id: str) -> ThreadMetadata:
+        with self._reader() as conn:
+            metadata: ThreadMetadata = from_dict(orjson.loads(self._row(conn, thread_id)[2]))
+            return metadata
+
+    def _read_sync(
+        self, thread_id: str, after: int, limit: int | None, replay: bool
+    ) -> list[JournalEvent]:
+        with self._reader() as conn:
+            _, boundary, _ = self._row(conn, thread_id)
+            if replay:
+                after = max(after, boundary - 1)
+            rows = conn.execute(
+                "SELECT sequence, recorded_at_ms, event FROM roder_events "
+                "WHERE thread_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
+                (thread_id, after, -1 if limit is None else limit),
+            ).fetchall()
+        return [JournalEvent(seq, t, from_dict(orjson.loads(raw))) for seq, t, raw in rows]
+
+    def _page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
+        with self._reader() as conn:
+            last, _, _ = self._row(conn, thread_id)
+            if before is None:
+                before = last + 1
+            rows = conn.execute(
+                "SELECT sequence, recorded_at_ms, event FROM roder_events "
+                "WHERE thread_id = ? AND sequence < ? ORDER BY sequence DESC LIMIT ?",
+                (thread_id, before, limit),
+            ).fetchall()
+        events = tuple(
+            JournalEvent(seq, t, from_dict(orjson.loads(raw))) for seq, t, raw in reversed(rows)
+        )
+        first = events[0].sequence if events else before
+        return EventPage(events, first if first > 1 else None)
+
+    def _list_sync(self, cursor: str | None, limit: int) -> ThreadPage:
+        with self._reader() as conn:
+            if cursor:
+                updated, after_id = decode_cursor(cursor)
+                rows = conn.execute(
+                    "SELECT metadata FROM roder_threads WHERE (updated_at_ms, thread_id) < (?, ?) "
+                    "ORDER BY updated_at_ms DESC, thread_id DESC LIMIT ?",
+                    (updated, after_id, limit + 1),
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    "SELECT metadata FROM roder_threads "
+                    "ORDER BY updated_at_ms DESC, thread_id DESC LIMIT ?",
+                    (limit + 1,),
+                ).fetchall()
+        threads = [from_dict(orjson.loads(raw)) for (raw,) in rows]
+        page = threads[:limit]
+        more = len(threads) > limit
+        return ThreadPage(tuple(page), encode_cursor(*listing_key(page[-1])) if more else None)
+
+    def _close_sync(self) -> None:
+        with self._write_lock, self._pool_lock:
+            self._closed = True
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+
+    # --- the ThreadStore API --------------------------------------------------------------
+
+    async def create_thread(self, metadata: ThreadMetadata) -> ThreadMetadata:
+        """Create a thread's row; raise ``ThreadExistsError`` when the id is taken."""
+        validate_thread_id(metadata.thread_id)
+        return await self._run(self._create_sync, metadata)
+
+    async def get_thread(self, thread_id: str) -> ThreadMetadata:
+        """Return a thread's metadata, kept folded in its row."""
+        validate_thread_id(thread_id)
+        return await self._run(self._get_sync, thread_id)
+
+    async def update_thread(
+        self,
+        thread_id: str,
+        *,
+        title: str | None = UNSET,
+        extra: Mapping[str, Any] = UNSET,
+    ) -> ThreadMetadata:
+        """Change a thread's title and/or extra metadata."""
+        validate_thread_id(thread_id)
+        changes: dict[str, Any] = {}
+        if title is not UNSET:
+            changes["title"] = title
+        if extra is not UNSET:
+            changes["extra"] = dict(extra)
+        if not changes:
+            return await self.get_thread(thread_id)
+        return await self._run(self._update_sync, thread_id, changes)
+
+    async def append_events(self, thread_id: str, events: Sequence[Event]) -> list[JournalEvent]:
+        """Append ``events`` in one committed transaction (synced per ``durability``)."""
+        validate_thread_id(thread_id)
+        if not events:
+            return []
+        payloads = _encode_events(events)
+        return await self._run(self._append_sync, thread_id, list(events), payloads)
+
+    async def import_events(self, thread_id: str, entries: Sequence[JournalEvent]) -> None:
+        """Insert journal events verbatim in one transaction."""
+        validate_thread_id(thread_id)
+        if not entries:
+            return
+        for previous, entry in zip(entries, entries[1:], strict=False):
+            if entry.sequence != previous.sequence + 1:
+                raise SequenceConflictError(thread_id, previous.sequence + 1, entry.sequence)
+        payloads = _encode_events([entry.event for entry in entries])
+        await self._run(self._import_sync, thread_id, list(entries), payloads)
+
+    async def read_events(
+        self, thread_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[JournalEvent]:
+        """Return the events with sequence above ``after``, in order."""
+        validate_thread_id(thread_id)
+        return await self._run(self._read_sync, thread_id, after, limit, False)
+
+    async def event_page(
+        self, thread_id: str, *, before: int | None = None, limit: int = 50
+    ) -> EventPage:
+        """Return up to ``limit`` events below ``before``, read by an index range scan."""
+        validate_thread_id(thread_id)
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        return await self._run(self._page_sync, thread_id, before, limit)
+
+    async def replay_events(self, thread_id: str) -> list[JournalEvent]:
+        """Return the events from the last boundary on (its sequence is kept in the row)."""
+        validate_thread_id(thread_id)
+        return await self._run(self._read_sync, thread_id, 0, None, True)
+
+    async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> ThreadPage:
+        """Return a page of threads, newest update first, from the listing index."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        return await self._run(self._list_sync, cursor, limit)
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread's row and its journal."""
+        validate_thread_id(thread_id)
+        await self._run(self._delete_sync, thread_id)
+
+    async def aclose(self) -> None:
+        """Close the connections once the writes in progress are done."""
+        if not self._closed:
+            await anyio.to_thread.run_sync(self._close_sync)
+
+
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+    """Bring the schema to :data:`SCHEMA_VERSION`, in one IMMEDIATE transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{path} has SQLite store schema version {version}, written by a newer Roder "
+                f"(this one knows up to {SCHEMA_VERSION}); upgrade roder-sqlite-thread-store"
+            )
+        for index in range(version, SCHEMA_VERSION):
+            for statement in MIGRATIONS[index]:
+                conn.execute(statement)
+            # PRAGMA takes no parameters; the value is our own integer.
+            conn.execute(f"PRAGMA user_version = {index + 1}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+class SqliteThreadStoreFactory(ThreadStoreFactory):
+    """Opens SQLite thread stores in the file ``path`` (created with its schema on first use).
+
+    ``durability``: ``fsync`` (default), ``normal`` or ``none`` (see :data:`DURABILITY_MODES`);
+    ``busy_timeout_s``: how long a write waits for another process's write.
+    """
+
+    id = "sqlite"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: str = "fsync",
+        busy_timeout_s: float = 30.0,
+    ) -> None:
+        if durability not in DURABILITY_MODES:
+            raise ValueError(
+                f"unknown durability {durability!r}; use one of {', '.join(DURABILITY_MODES)}"
+            )
+        self.path = Path(path).expanduser()
+        self.durability = durability
+        self.busy_timeout_s = busy_timeout_s
+
+    def _prepare(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(
+                    f"{self.path}: SQLite refused WAL mode (got {mode!r}); put the store on a "
+                    "local file system"
+                )
+            _migrate(conn, self.path)
+        finally:
+            conn.close()
+
+    async def open(self) -> SqliteThreadStore:
+        """Return a store on ``path``, creating the file and migrating its schema."""
+        try:
+            await anyio.to_thread.run_sync(self._prepare)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot use {self.path} for the SQLite thread store: {exc}") from exc
+        return SqliteThreadStore(
+            self.path, durability=self.durability, busy_timeout_s=self.busy_timeout_s
+        )
+
+    def describe(self) -> str:
+        """Return where the database file is."""
+        return f"sqlite at {self.path} (durability {self.durability})"

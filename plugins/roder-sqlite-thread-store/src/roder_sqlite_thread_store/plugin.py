@@ -1,0 +1,39 @@
+"""Registers the SQLite thread store (id ``sqlite``) through the ``roder`` entry point."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from roder_api import hookimpl
+from roder_api.threads import ThreadStoreFactory
+from roder_sqlite_thread_store._store import SqliteThreadStoreFactory
+
+
+def default_path() -> Path:
+    """Return ``$RODER_HOME/threads.sqlite3`` (``RODER_HOME`` defaults to ``~/.roder``)."""
+    home = os.environ.get("RODER_HOME") or "~/.roder"
+    return Path(home).expanduser() / "threads.sqlite3"
+
+
+@hookimpl
+def register_thread_store_factories(
+    register: Callable[[ThreadStoreFactory], None],
+    settings: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """Register the ``sqlite`` factory, configured by the ``sqlite`` settings table.
+
+    Keys: ``path`` (the database file), ``durability`` (fsync, normal, none) and
+    ``busy_timeout_s``.
+    """
+    table = settings.get("sqlite", {})
+    path = table.get("path")
+    register(
+        SqliteThreadStoreFactory(
+            Path(str(path)).expanduser() if path else default_path(),
+            durability=str(table.get("durability", "fsync")),
+            busy_timeout_s=float(table.get("busy_timeout_s", 30.0)),
+        )
+    )

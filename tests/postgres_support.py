@@ -1,0 +1,59 @@
+"""The PostgreSQL server the tests use: its DSN, whether it is up, and throwaway schemas."""
+
+from __future__ import annotations
+
+import functools
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+DEFAULT_TEST_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+"""The local server ``scripts/start-services`` starts (trust authentication)."""
+
+
+def test_dsn() -> str:
+    """Return the DSN of the test server (``RODER_TEST_POSTGRES_DSN`` overrides it)."""
+    return os.environ.get("RODER_TEST_POSTGRES_DSN") or DEFAULT_TEST_DSN
+
+
+test_dsn.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
+@functools.cache
+def unreachable_reason() -> str | None:
+    """Return why the test server cannot be used, or None when it can."""
+    try:
+        import psycopg
+    except ImportError as exc:
+        return f"psycopg is not installed ({exc})"
+    try:
+        with psycopg.connect(test_dsn(), connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.OperationalError as exc:
+        return f"PostgreSQL is not reachable: {str(exc).strip().splitlines()[0]}"
+    return None
+
+
+def require_postgres() -> str:
+    """Return the test DSN, or skip the test when the server is not reachable."""
+    reason = unreachable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    return test_dsn()
+
+
+@contextmanager
+def temporary_schema(prefix: str = "roder_test") -> Iterator[str]:
+    """Yield a fresh schema name; drop the schema (if created) afterwards."""
+    import psycopg
+    from psycopg import sql
+
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    try:
+        yield name
+    finally:
+        with psycopg.connect(test_dsn(), autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))

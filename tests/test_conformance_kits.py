@@ -1,0 +1,192 @@
+"""The conformance kits catch stores and engines that break a rule, and pass good ones."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from roder_api.events import Event, JournalEvent
+from roder_api.inference import (
+    AgentInferenceRequest,
+    Completed,
+    InferenceEngine,
+    InferenceEvent,
+    InferenceTurnContext,
+    MessageDelta,
+)
+from roder_api.testing import ScriptedEngine
+from roder_api.testing.conformance import InferenceEngineConformance, ThreadStoreConformance
+from roder_api.threads import (
+    UNSET,
+    EventPage,
+    ThreadMetadata,
+    ThreadPage,
+    ThreadStore,
+)
+from roder_jsonl_thread_store import JsonlThreadStore
+
+pytestmark = pytest.mark.anyio
+
+
+class NonAtomicStore(ThreadStore):
+    """A deliberately broken store: it appends a batch one event at a time."""
+
+    def __init__(self, inner: ThreadStore) -> None:
+        self.inner = inner
+
+    async def create_thread(self, metadata: ThreadMetadata) -> ThreadMetadata:
+        return await self.inner.create_thread(metadata)
+
+    async def get_thread(self, thread_id: str) -> ThreadMetadata:
+        return await self.inner.get_thread(thread_id)
+
+    async def update_thread(
+        self, thread_id: str, *, title: str | None = UNSET, extra: Mapping[str, Any] = UNSET
+    ) -> ThreadMetadata:
+        return await self.inner.update_thread(thread_id, title=title, extra=extra)
+
+    async def append_events(self, thread_id: str, events: Sequence[Event]) -> list[JournalEvent]:
+        out: list[JournalEvent] = []
+        for event in events:  # the bug: one commit per event, not one per batch
+            out.extend(await self.inner.append_events(thread_id, [event]))
+        return out
+
+    async def import_events(self, thread_id: str, entries: Sequence[JournalEvent]) -> None:
+        await self.inner.import_events(thread_id, entries)
+
+    async def read_events(
+        self, thread_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[JournalEvent]:
+        return await self.inner.read_events(thread_id, after=after, limit=limit)
+
+    async def event_page(
+        self, thread_id: str, *, before: int | None = None, limit: int = 50
+    ) -> EventPage:
+        return await self.inner.event_page(thread_id, before=before, limit=limit)
+
+    async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> ThreadPage:
+        return await self.inner.list_threads(cursor=cursor, limit=limit)
+
+    async def delete_thread(self, thread_id: str) -> None:
+        await self.inner.delete_thread(thread_id)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_kit_fails_a_non_atomic_store(jsonl_store: JsonlThreadStore) -> None:
+    kit = ThreadStoreConformance()
+    broken = NonAtomicStore(jsonl_store)
+    with pytest.raises(AssertionError, match="a failed batch left events behind"):
+        await kit.test_batch_append_is_atomic(broken)
+    with pytest.raises(AssertionError, match="a batch was not given consecutive sequence numbers"):
+        await kit.test_concurrent_appends_to_one_thread(broken)
+
+
+async def test_the_same_checks_pass_the_real_store(jsonl_store: JsonlThreadStore) -> None:
+    kit = ThreadStoreConformance()
+    await kit.test_batch_append_is_atomic(jsonl_store)
+    await kit.test_concurrent_appends_to_one_thread(jsonl_store)
+
+
+def test_kit_run_by_pytest_reports_the_broken_rules(tmp_path: Path) -> None:
+    # What a third-party plugin writes: a few lines subclassing the kit.
+    (tmp_path / "test_broken_plugin.py").write_text(
+        textwrap.dedent(
+            """
+            import pytest
+            from roder_api.testing.conformance import ThreadStoreConformance
+            from roder_jsonl_thread_store import JsonlThreadStoreFactory
+            from tests.test_conformance_kits import NonAtomicStore
+
+            class BrokenFactory(JsonlThreadStoreFactory):
+                id = "broken"
+
+                async def open(self):
+                    return NonAtomicStore(await super().open())
+
+            class TestBrokenStore(ThreadStoreConformance):
+                @pytest.fixture
+                def thread_store_factory(self, tmp_path):
+                    return BrokenFactory(tmp_path / "threads")
+            """
+        )
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "atomic or one_thread or sequences",
+            str(tmp_path / "test_broken_plugin.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**_env(), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    failed = {line.split("::")[-1] for line in result.stdout.splitlines() if "FAILED" in line}
+    assert {name.split(" ")[0] for name in failed} == {
+        "test_batch_append_is_atomic[asyncio]",
+        "test_batch_append_is_atomic[trio]",
+        "test_concurrent_appends_to_one_thread[asyncio]",
+        "test_concurrent_appends_to_one_thread[trio]",
+    }
+    assert "4 failed, 2 passed" in result.stdout
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith(("RODER_", "PYTEST_"))}
+
+
+# --- the engine kit -------------------------------------------------------------------------
+
+
+class TestScriptedEngineConformance(InferenceEngineConformance):
+    """The scripted engine (with native compaction) passes the engine kit."""
+
+    @pytest.fixture
+    def inference_engine(self) -> InferenceEngine:
+        return ScriptedEngine()
+
+
+class TestScriptedEngineWithoutCompaction(InferenceEngineConformance):
+    """So does the scripted engine without native compaction."""
+
+    @pytest.fixture
+    def inference_engine(self) -> InferenceEngine:
+        return ScriptedEngine(native_compaction=False)
+
+
+class DoubleCompletionEngine(InferenceEngine):
+    """A deliberately broken engine: it goes on after ``Completed``."""
+
+    id = "double"
+
+    async def stream_turn(  # type: ignore[override]
+        self, ctx: InferenceTurnContext, request: AgentInferenceRequest
+    ) -> AsyncIterator[InferenceEvent]:
+        yield MessageDelta("hi")
+        yield Completed()
+        yield MessageDelta("after the end")
+        yield Completed()
+
+
+async def test_engine_kit_fails_a_broken_engine() -> None:
+    kit = InferenceEngineConformance()
+    with pytest.raises(AssertionError, match="expected one Completed or Failed"):
+        await kit.test_stream_turn_shape(DoubleCompletionEngine())
