@@ -16,10 +16,18 @@ import anyio
 
 from roder_api.errors import RoderError
 from roder_runtime import __version__
-from roder_runtime._cli import _chat, _compact, _config_cmd, _plugins, _replay, _threads
+from roder_runtime._cli import (
+    _chat,
+    _compact,
+    _config_cmd,
+    _migrate,
+    _plugins,
+    _replay,
+    _threads,
+)
 from roder_runtime._cli._common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CommandError
 
-COMMAND_MODULES = (_chat, _threads, _replay, _compact, _plugins, _config_cmd)
+COMMAND_MODULES = (_chat, _threads, _replay, _compact, _migrate, _plugins, _config_cmd)
 """The modules whose ``register`` adds a command (in ``roder --help`` order)."""
 
 
