@@ -14,12 +14,9 @@ DEFAULT_TEST_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 """The local server ``scripts/start-services`` starts (trust authentication)."""
 
 
-def test_dsn() -> str:
+def postgres_test_dsn() -> str:
     """Return the DSN of the test server (``RODER_TEST_POSTGRES_DSN`` overrides it)."""
     return os.environ.get("RODER_TEST_POSTGRES_DSN") or DEFAULT_TEST_DSN
-
-
-test_dsn.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
 
 
 @functools.cache
@@ -30,7 +27,7 @@ def unreachable_reason() -> str | None:
     except ImportError as exc:
         return f"psycopg is not installed ({exc})"
     try:
-        with psycopg.connect(test_dsn(), connect_timeout=3) as conn:
+        with psycopg.connect(postgres_test_dsn(), connect_timeout=3) as conn:
             conn.execute("SELECT 1")
     except psycopg.OperationalError as exc:
         return f"PostgreSQL is not reachable: {str(exc).strip().splitlines()[0]}"
@@ -42,7 +39,7 @@ def require_postgres() -> str:
     reason = unreachable_reason()
     if reason is not None:
         pytest.skip(reason)
-    return test_dsn()
+    return postgres_test_dsn()
 
 
 @contextmanager
@@ -55,5 +52,5 @@ def temporary_schema(prefix: str = "roder_test") -> Iterator[str]:
     try:
         yield name
     finally:
-        with psycopg.connect(test_dsn(), autocommit=True) as conn:
+        with psycopg.connect(postgres_test_dsn(), autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
