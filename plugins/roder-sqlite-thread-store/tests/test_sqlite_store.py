@@ -198,3 +198,28 @@ async def test_a_killed_writer_leaves_no_partial_batch(tmp_path: Path) -> None:
     got = await store.append_events("victim", [user_item("after")])
     assert got[0].sequence == (await store.get_thread("victim")).last_sequence
     await store.aclose()
+
+
+async def test_a_failing_write_in_a_commit_group_fails_alone(tmp_path: Path) -> None:
+    from roder_api.errors import ThreadNotFoundError
+
+    store = await SqliteThreadStoreFactory(tmp_path / "group.sqlite3").open()
+    tid = (await store.create_thread(make_metadata())).thread_id
+    outcomes: list[str] = []
+
+    async def append(target: str, index: int) -> None:
+        try:
+            await store.append_events(target, [user_item(f"{index}")])
+            outcomes.append("ok")
+        except ThreadNotFoundError:
+            outcomes.append("missing")
+
+    # Writes queued together share a transaction; the ones for a missing thread fail alone.
+    async with anyio.create_task_group() as tg:
+        for index in range(40):
+            tg.start_soon(append, tid if index % 4 else "missing-thread", index)
+    assert sorted(outcomes) == ["missing"] * 10 + ["ok"] * 30
+    journal = await store.read_events(tid)
+    assert [e.sequence for e in journal] == list(range(1, 31))
+    assert (await store.get_thread(tid)).item_count == 30
+    await store.aclose()

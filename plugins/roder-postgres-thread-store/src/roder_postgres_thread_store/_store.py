@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -115,13 +116,27 @@ def _metadata(raw: str) -> ThreadMetadata:
     return metadata
 
 
+class _Append:
+    """One batch waiting for a group commit, and its outcome."""
+
+    __slots__ = ("events", "payloads", "done", "entries", "error")
+
+    def __init__(self, events: Sequence[Event], payloads: Sequence[str]) -> None:
+        self.events = events
+        self.payloads = payloads
+        self.done = False
+        self.entries: list[JournalEvent] = []
+        self.error: BaseException | None = None
+
+
 class PostgresThreadStore(ThreadStore):
     """A thread store in PostgreSQL: a ``roder_threads`` row per thread (metadata folded on
     every append) and a ``roder_events`` row per journal event, in one schema.
 
     Each append locks its thread's row (``SELECT ... FOR UPDATE``), so writers anywhere are
     ordered by the database; the ``(thread_id, sequence)`` primary key backs that up, and a
-    transaction that loses a race is run again whole. Blocking database calls run in worker
+    transaction that loses a race is run again whole. Concurrent appends to one thread from
+    this process share one transaction (group commit). Blocking database calls run in worker
     threads with connections from a ``psycopg_pool.ConnectionPool``, so the store works
     under asyncio and trio alike.
     """
@@ -131,6 +146,10 @@ class PostgresThreadStore(ThreadStore):
         self.schema = schema
         self._description = description
         self._closed = False
+        self._pending_lock = threading.Lock()
+        self._pending: dict[str, list[_Append]] = {}
+        # Striped: a lock per thread id would grow without bound.
+        self._append_locks = tuple(threading.Lock() for _ in range(64))
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
         if self._closed:
@@ -141,7 +160,10 @@ class PostgresThreadStore(ThreadStore):
             raise StoreError(f"PostgreSQL thread store ({self._description}): {exc}") from exc
 
     def _write(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """Run ``work`` in a transaction, again from the start after a transient conflict."""
+        """Run ``work`` in a transaction, again from the start after a transient conflict.
+
+        (Pipeline mode was measured slower here than four plain round trips.)
+        """
         for attempt in range(1, _MAX_ATTEMPTS + 1):
             try:
                 with self._pool.connection() as conn, conn.transaction():
@@ -188,17 +210,28 @@ class PostgresThreadStore(ThreadStore):
         boundary: int,
         raw_metadata: str,
     ) -> None:
-        with conn.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO roder_events (thread_id, sequence, recorded_at_ms, event) "
-                "VALUES (%s, %s, %s, %s)",
-                [
-                    (thread_id, entry.sequence, entry.recorded_at_ms, payload)
-                    for entry, payload in zip(entries, payloads, strict=True)
-                ],
-            )
         folded = fold_metadata(_metadata(raw_metadata), entries)
-        self._store_metadata(conn, folded, _last_boundary(entries, boundary))
+        # One statement for the events and the thread's row (arrays, not one INSERT each).
+        conn.execute(
+            "WITH inserted AS ("
+            " INSERT INTO roder_events (thread_id, sequence, recorded_at_ms, event)"
+            " SELECT %(thread_id)s, s, t, e"
+            " FROM unnest(%(sequences)s::bigint[], %(times)s::bigint[], %(events)s::text[])"
+            " AS u(s, t, e))"
+            " UPDATE roder_threads SET updated_at_ms = %(updated)s, last_sequence = %(last)s,"
+            " boundary_sequence = %(boundary)s, metadata = %(metadata)s"
+            " WHERE thread_id = %(thread_id)s",
+            {
+                "thread_id": thread_id,
+                "sequences": [entry.sequence for entry in entries],
+                "times": [entry.recorded_at_ms for entry in entries],
+                "events": list(payloads),
+                "updated": folded.updated_at_ms,
+                "last": folded.last_sequence,
+                "boundary": _last_boundary(entries, boundary),
+                "metadata": orjson.dumps(to_dict(folded)).decode(),
+            },
+        )
 
     # --- blocking work --------------------------------------------------------------------
 
@@ -209,10 +242,10 @@ class PostgresThreadStore(ThreadStore):
             inserted = conn.execute(
                 "INSERT INTO roder_threads (thread_id, updated_at_ms, last_sequence, "
                 "boundary_sequence, metadata) VALUES (%s, %s, 0, 0, %s) "
-                "ON CONFLICT (thread_id) DO NOTHING",
+                "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id",
                 (stored.thread_id, stored.updated_at_ms, orjson.dumps(to_dict(stored)).decode()),
-            ).rowcount
-            if not inserted:
+            ).fetchone()
+            if inserted is None:
                 raise ThreadExistsError(stored.thread_id)
 
         self._write(work)
@@ -221,14 +254,47 @@ class PostgresThreadStore(ThreadStore):
     def _append_sync(
         self, thread_id: str, events: Sequence[Event], payloads: Sequence[str]
     ) -> list[JournalEvent]:
-        def work(conn: psycopg.Connection[Any]) -> list[JournalEvent]:
+        """Append one batch, committed together with this process's other pending batches
+        for the same thread (group commit: one row lock and one commit for all of them).
+        """
+        request = _Append(events, payloads)
+        with self._pending_lock:
+            self._pending.setdefault(thread_id, []).append(request)
+        with self._append_locks[hash(thread_id) % len(self._append_locks)]:
+            if not request.done:
+                with self._pending_lock:
+                    group = self._pending.pop(thread_id, [])
+                self._append_group(thread_id, group)
+        if request.error is not None:
+            raise request.error
+        return request.entries
+
+    def _append_group(self, thread_id: str, group: list[_Append]) -> None:
+        def work(conn: psycopg.Connection[Any]) -> None:
             last, boundary, raw = self._row(conn, thread_id, lock=True)
             now = _now_ms()
-            entries = [JournalEvent(last + 1 + i, now, e) for i, e in enumerate(events)]
+            entries: list[JournalEvent] = []
+            payloads: list[str] = []
+            for request in group:
+                first = last + 1 + len(entries)
+                request.entries = [
+                    JournalEvent(first + i, now, e) for i, e in enumerate(request.events)
+                ]
+                entries.extend(request.entries)
+                payloads.extend(request.payloads)
             self._insert(conn, thread_id, entries, payloads, boundary, raw)
-            return entries
 
-        return self._write(work)
+        try:
+            self._write(work)
+        except BaseException as exc:
+            # Nothing of the group was committed: every batch in it gets the error.
+            for request in group:
+                request.entries, request.error = [], exc
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            for request in group:
+                request.done = True
 
     def _import_sync(
         self, thread_id: str, entries: Sequence[JournalEvent], payloads: Sequence[str]
@@ -255,9 +321,9 @@ class PostgresThreadStore(ThreadStore):
     def _delete_sync(self, thread_id: str) -> None:
         def work(conn: psycopg.Connection[Any]) -> None:
             deleted = conn.execute(
-                "DELETE FROM roder_threads WHERE thread_id = %s", (thread_id,)
-            ).rowcount
-            if not deleted:
+                "DELETE FROM roder_threads WHERE thread_id = %s RETURNING thread_id", (thread_id,)
+            ).fetchone()
+            if deleted is None:
                 raise ThreadNotFoundError(thread_id)
             conn.execute("DELETE FROM roder_events WHERE thread_id = %s", (thread_id,))
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio.to_thread
 import orjson
@@ -102,13 +102,33 @@ def _last_boundary(entries: Sequence[JournalEvent], previous: int) -> int:
     return previous
 
 
+class _WriteRequest(Generic[T]):
+    """One writer's work waiting for a group commit, and its outcome."""
+
+    __slots__ = ("work", "done", "result", "error")
+
+    def __init__(self, work: Callable[[sqlite3.Connection], T]) -> None:
+        self.work = work
+        self.done = False
+        self.result: T | None = None
+        self.error: BaseException | None = None
+
+    def outcome(self) -> T:
+        """Return the committed result, or raise the error of this piece of work."""
+        if self.error is not None:
+            raise self.error
+        return self.result  # type: ignore[return-value]  # set whenever error is None
+
+
 class SqliteThreadStore(ThreadStore):
     """A thread store in one SQLite file: a ``roder_threads`` row per thread (its metadata,
     folded on every append) and a ``roder_events`` row per journal event.
 
-    Writers in this process share one connection under a lock; readers use a small pool of
-    connections, which WAL lets read while a write is in progress. Several processes may
-    open the same file: ``BEGIN IMMEDIATE`` and the busy timeout order their writes.
+    Writers in this process share one connection and commit in groups (concurrent appends
+    share one transaction and one sync, each still committed before it returns); readers
+    use a small pool of connections, which WAL lets read while a write is in progress.
+    Several processes may open the same file: ``BEGIN IMMEDIATE`` and the busy timeout
+    order their writes.
     """
 
     def __init__(self, path: Path, *, durability: str = "fsync", busy_timeout_s: float = 30.0):
@@ -120,6 +140,8 @@ class SqliteThreadStore(ThreadStore):
         self.durability = durability
         self.busy_timeout_s = busy_timeout_s
         self._write_lock = threading.Lock()
+        self._pending_lock = threading.Lock()
+        self._pending: list[_WriteRequest[Any]] = []
         self._pool_lock = threading.Lock()
         self._readers: list[sqlite3.Connection] = []
         self._all: list[sqlite3.Connection] = []
@@ -143,6 +165,12 @@ class SqliteThreadStore(ThreadStore):
             self._all.append(conn)
         return conn
 
+    def _warm(self) -> None:
+        """Open the first reader connection now, so the first read does not pay for it."""
+        conn = self._connect()
+        with self._pool_lock:
+            self._readers.append(conn)
+
     @contextmanager
     def _reader(self) -> Iterator[sqlite3.Connection]:
         with self._pool_lock:
@@ -164,10 +192,28 @@ class SqliteThreadStore(ThreadStore):
                 else:
                     self._readers.append(conn)
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """Hold this process's write lock and an IMMEDIATE transaction; commit on success."""
+    def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` in a committed write transaction, grouped with concurrent writes.
+
+        Group commit: every writer queues its work, then takes the write lock. The holder
+        runs everything queued so far in one ``BEGIN IMMEDIATE`` transaction, each piece
+        under its own SAVEPOINT (a failing piece is rolled back alone and gets its error),
+        and commits once: one sync for many writes. A writer whose work a previous holder
+        already committed just returns its result. Nothing returns before its COMMIT.
+        """
+        request: _WriteRequest[T] = _WriteRequest(work)
+        with self._pending_lock:
+            self._pending.append(request)
         with self._write_lock:
+            if not request.done:
+                with self._pending_lock:
+                    group, self._pending = self._pending, []
+                self._commit_group(group)
+        return request.outcome()
+
+    def _commit_group(self, group: list[_WriteRequest[Any]]) -> None:
+        """Run and commit a group of queued writes (call with the write lock held)."""
+        try:
             if self._closed:
                 raise StoppedError("the SQLite thread store is closed; open a new one")
             if self._writer is None:
@@ -175,11 +221,28 @@ class SqliteThreadStore(ThreadStore):
             conn = self._writer
             conn.execute("BEGIN IMMEDIATE")
             try:
-                yield conn
+                for request in group:
+                    conn.execute("SAVEPOINT roder_write")
+                    try:
+                        request.result = request.work(conn)
+                    except Exception as exc:  # noqa: BLE001 - handed to its own writer
+                        conn.execute("ROLLBACK TO roder_write")
+                        request.error = exc
+                    conn.execute("RELEASE roder_write")
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
+        except BaseException as exc:
+            # Nothing of the group was committed: every writer in it gets the error.
+            for request in group:
+                request.result, request.error = None, exc
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            for request in group:
+                request.done = True
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
         if self._closed:
@@ -240,53 +303,68 @@ class SqliteThreadStore(ThreadStore):
 
     def _create_sync(self, metadata: ThreadMetadata) -> ThreadMetadata:
         stored = replace(metadata, usage=TokenUsage(), item_count=0, last_sequence=0)
-        with self._write() as conn:
-            try:
-                conn.execute(
-                    "INSERT INTO roder_threads (thread_id, updated_at_ms, last_sequence, "
-                    "boundary_sequence, metadata) VALUES (?, ?, 0, 0, ?)",
-                    (stored.thread_id, stored.updated_at_ms, orjson.dumps(to_dict(stored))),
-                )
-            except sqlite3.IntegrityError:
-                raise ThreadExistsError(stored.thread_id) from None
-        return stored
+
+        def work(conn: sqlite3.Connection) -> ThreadMetadata:
+            inserted = conn.execute(
+                "INSERT INTO roder_threads (thread_id, updated_at_ms, last_sequence, "
+                "boundary_sequence, metadata) VALUES (?, ?, 0, 0, ?) "
+                "ON CONFLICT (thread_id) DO NOTHING",
+                (stored.thread_id, stored.updated_at_ms, orjson.dumps(to_dict(stored))),
+            ).rowcount
+            if not inserted:
+                raise ThreadExistsError(stored.thread_id)
+            return stored
+
+        return self._write(work)
 
     def _append_sync(
         self, thread_id: str, events: Sequence[Event], payloads: Sequence[bytes]
     ) -> list[JournalEvent]:
-        with self._write() as conn:
+
+        def work(conn: sqlite3.Connection) -> list[JournalEvent]:
             last, boundary, raw = self._row(conn, thread_id)
             now = _now_ms()
             entries = [JournalEvent(last + 1 + i, now, e) for i, e in enumerate(events)]
             self._insert(conn, thread_id, entries, payloads, boundary, from_dict(orjson.loads(raw)))
-        return entries
+            return entries
+
+        return self._write(work)
 
     def _import_sync(
         self, thread_id: str, entries: Sequence[JournalEvent], payloads: Sequence[bytes]
     ) -> None:
-        with self._write() as conn:
+
+        def work(conn: sqlite3.Connection) -> None:
             last, boundary, raw = self._row(conn, thread_id)
             if entries[0].sequence != last + 1:
                 raise SequenceConflictError(thread_id, last + 1, entries[0].sequence)
             self._insert(conn, thread_id, entries, payloads, boundary, from_dict(orjson.loads(raw)))
 
+        self._write(work)
+
     def _update_sync(self, thread_id: str, changes: dict[str, Any]) -> ThreadMetadata:
-        with self._write() as conn:
+
+        def work(conn: sqlite3.Connection) -> ThreadMetadata:
             _, boundary, raw = self._row(conn, thread_id)
             metadata: ThreadMetadata = from_dict(orjson.loads(raw))
             updated = max(metadata.updated_at_ms, _now_ms())
             metadata = replace(metadata, updated_at_ms=updated, **changes)
             self._store_metadata(conn, metadata, boundary)
-        return metadata
+            return metadata
+
+        return self._write(work)
 
     def _delete_sync(self, thread_id: str) -> None:
-        with self._write() as conn:
+
+        def work(conn: sqlite3.Connection) -> None:
             deleted = conn.execute(
                 "DELETE FROM roder_threads WHERE thread_id = ?", (thread_id,)
             ).rowcount
             if not deleted:
                 raise ThreadNotFoundError(thread_id)
             conn.execute("DELETE FROM roder_events WHERE thread_id = ?", (thread_id,))
+
+        self._write(work)
 
     def _get_sync(self, thread_id: str) -> ThreadMetadata:
         with self._reader() as conn:
@@ -502,13 +580,19 @@ class SqliteThreadStoreFactory(ThreadStoreFactory):
 
     async def open(self) -> SqliteThreadStore:
         """Return a store on ``path``, creating the file and migrating its schema."""
-        try:
-            await anyio.to_thread.run_sync(self._prepare)
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreError(f"cannot use {self.path} for the SQLite thread store: {exc}") from exc
-        return SqliteThreadStore(
+        store = SqliteThreadStore(
             self.path, durability=self.durability, busy_timeout_s=self.busy_timeout_s
         )
+
+        def prepare() -> None:
+            self._prepare()
+            store._warm()
+
+        try:
+            await anyio.to_thread.run_sync(prepare)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot use {self.path} for the SQLite thread store: {exc}") from exc
+        return store
 
     def describe(self) -> str:
         """Return where the database file is."""

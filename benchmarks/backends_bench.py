@@ -1,0 +1,523 @@
+"""Benchmark the JSONL, SQLite and PostgreSQL thread stores on the same workloads.
+
+Each store runs through the same ``ThreadStore`` API, next to a raw baseline of its own
+medium measured in the same run (JSONL: ``write`` + ``fsync`` per item and reading the file;
+SQLite: ``sqlite3`` insert + commit per item and a plain SELECT; PostgreSQL: ``psycopg``
+insert per item in autocommit and a plain SELECT):
+
+- W1: single durable appends of ~400-byte items to one thread;
+- W2: 32 concurrent tasks appending durably, to one thread and to 32 threads;
+- W3: loading a large thread in a fresh store object;
+- W4: replaying that thread (its last boundary 20 items from the end) and a 500-item one;
+- W5: the first page of 50 threads.
+
+Ratios are store speed / raw speed (1.0: as fast as the raw baseline; W2 is compared with
+the raw one-at-a-time append rate). Medians of several repeats. PostgreSQL runs when
+``RODER_POSTGRES_DSN`` (or the local test server) is reachable, in a throwaway schema.
+
+Usage: python benchmarks/backends_bench.py [--quick] [--json] [--stores jsonl,sqlite,postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+
+from roder_api.codec import to_dict
+from roder_api.events import Event, ItemCompleted
+from roder_api.testing.conformance import make_metadata, native_boundary
+from roder_api.threads import ThreadStore, ThreadStoreFactory
+from roder_api.transcript import AssistantMessage
+from roder_jsonl_thread_store import JsonlThreadStoreFactory
+from roder_sqlite_thread_store import SqliteThreadStoreFactory
+
+LOCAL_TEST_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much work each workload does."""
+
+    appends: int
+    concurrent_per_task: int
+    large_thread: int
+    small_thread: int
+    threads: int
+    repeats: int
+    read_repeats: int
+
+
+FULL = Sizes(1500, 40, 50_000, 500, 1000, 5, 15)
+QUICK = Sizes(90, 4, 2000, 200, 100, 3, 7)
+
+
+@dataclass
+class Row:
+    """One measurement: the store's figure, the raw baseline's, and their ratio."""
+
+    workload: str
+    store: str
+    unit: str
+    value: float
+    baseline: float
+    ratio: float
+
+
+def item(index: int) -> Event:
+    """Return an event whose JSON is about 400 bytes."""
+    return ItemCompleted("turn-1", AssistantMessage(f"{index:08d} " + "lorem ipsum " * 28))
+
+
+def payload(index: int) -> bytes:
+    return orjson.dumps(to_dict(item(index)))
+
+
+def median_time(func: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        func()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+async def amedian_time(func: Callable[[], Awaitable[Any]], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        await func()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# --- raw baselines ----------------------------------------------------------------------------
+
+
+class Raw:
+    """The raw medium under a store: the same work without the store's code."""
+
+    def append_each(self, count: int) -> None:
+        """Durably append ``count`` items one at a time."""
+        raise NotImplementedError
+
+    def prepare_load(self, count: int) -> None:
+        """Write ``count`` items for :meth:`load` and :meth:`tail`."""
+        raise NotImplementedError
+
+    def load(self) -> int:
+        """Read and decode every item written by :meth:`prepare_load`."""
+        raise NotImplementedError
+
+    def tail(self, count: int) -> int:
+        """Read and decode the last ``count`` items."""
+        raise NotImplementedError
+
+    def prepare_listing(self, count: int) -> None:
+        """Create ``count`` thread entries."""
+        raise NotImplementedError
+
+    def first_page(self) -> int:
+        """Return the first 50 thread entries, newest first."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release resources."""
+
+
+class RawFile(Raw):
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        base.mkdir(parents=True, exist_ok=True)
+
+    def append_each(self, count: int) -> None:
+        fd = os.open(self.base / "append.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            for index in range(count):
+                os.write(fd, payload(index) + b"\n")
+                os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    def prepare_load(self, count: int) -> None:
+        with open(self.base / "load.jsonl", "wb") as file:
+            file.writelines(payload(i) + b"\n" for i in range(count))
+
+    def load(self) -> int:
+        with open(self.base / "load.jsonl", "rb") as file:
+            return len([orjson.loads(line) for line in file])
+
+    def tail(self, count: int) -> int:
+        with open(self.base / "load.jsonl", "rb") as file:
+            file.seek(0, os.SEEK_END)
+            size = file.tell()
+            file.seek(max(0, size - 600 * (count + 1)))
+            lines = file.read().splitlines()[-count:]
+        return len([orjson.loads(line) for line in lines])
+
+    def prepare_listing(self, count: int) -> None:
+        listing = self.base / "listing"
+        listing.mkdir(exist_ok=True)
+        for index in range(count):
+            (listing / f"t{index}.jsonl").write_bytes(b"{}\n")
+
+    def first_page(self) -> int:
+        entries = [(e.stat().st_mtime_ns, e.name) for e in os.scandir(self.base / "listing")]
+        return len(sorted(entries, reverse=True)[:50])
+
+
+class RawSqlite(Raw):
+    def __init__(self, base: Path) -> None:
+        base.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(base / "raw.sqlite3", isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = FULL")
+        self.conn.execute("CREATE TABLE items (seq INTEGER PRIMARY KEY, body BLOB)")
+        self.conn.execute("CREATE TABLE load (seq INTEGER PRIMARY KEY, body BLOB)")
+        self.conn.execute("CREATE TABLE threads (id TEXT PRIMARY KEY, updated INTEGER, m BLOB)")
+        self.conn.execute("CREATE INDEX threads_updated ON threads (updated, id)")
+
+    def append_each(self, count: int) -> None:
+        for index in range(count):
+            self.conn.execute("BEGIN IMMEDIATE")
+            self.conn.execute("INSERT INTO items (body) VALUES (?)", (payload(index),))
+            self.conn.execute("COMMIT")
+
+    def prepare_load(self, count: int) -> None:
+        self.conn.execute("BEGIN")
+        self.conn.executemany(
+            "INSERT INTO load (seq, body) VALUES (?, ?)", ((i, payload(i)) for i in range(count))
+        )
+        self.conn.execute("COMMIT")
+
+    def load(self) -> int:
+        rows = self.conn.execute("SELECT body FROM load ORDER BY seq").fetchall()
+        return len([orjson.loads(body) for (body,) in rows])
+
+    def tail(self, count: int) -> int:
+        rows = self.conn.execute(
+            "SELECT body FROM load ORDER BY seq DESC LIMIT ?", (count,)
+        ).fetchall()
+        return len([orjson.loads(body) for (body,) in rows])
+
+    def prepare_listing(self, count: int) -> None:
+        meta = orjson.dumps(to_dict(make_metadata("x")))
+        self.conn.execute("BEGIN")
+        self.conn.executemany(
+            "INSERT INTO threads VALUES (?, ?, ?)", ((f"t{i}", i, meta) for i in range(count))
+        )
+        self.conn.execute("COMMIT")
+
+    def first_page(self) -> int:
+        rows = self.conn.execute(
+            "SELECT m FROM threads ORDER BY updated DESC, id DESC LIMIT 50"
+        ).fetchall()
+        return len([orjson.loads(m) for (m,) in rows])
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class RawPostgres(Raw):
+    def __init__(self, dsn: str, schema: str) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(dsn, autocommit=True, options=f"-c search_path={schema}")
+        self.conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        self.conn.execute("CREATE TABLE raw_items (seq bigserial PRIMARY KEY, body text)")
+        self.conn.execute("CREATE TABLE raw_load (seq bigint PRIMARY KEY, body text)")
+        self.conn.execute(
+            'CREATE TABLE raw_threads (id text COLLATE "C" PRIMARY KEY, updated bigint, m text)'
+        )
+        self.conn.execute("CREATE INDEX raw_threads_updated ON raw_threads (updated, id)")
+
+    def append_each(self, count: int) -> None:
+        for index in range(count):
+            self.conn.execute(
+                "INSERT INTO raw_items (body) VALUES (%s)", (payload(index).decode(),)
+            )
+
+    def prepare_load(self, count: int) -> None:
+        with self.conn.cursor() as cursor, cursor.copy("COPY raw_load (seq, body) FROM STDIN") as c:
+            for index in range(count):
+                c.write_row((index, payload(index).decode()))
+
+    def load(self) -> int:
+        rows = self.conn.execute("SELECT body FROM raw_load ORDER BY seq").fetchall()
+        return len([orjson.loads(body) for (body,) in rows])
+
+    def tail(self, count: int) -> int:
+        rows = self.conn.execute(
+            "SELECT body FROM raw_load ORDER BY seq DESC LIMIT %s", (count,)
+        ).fetchall()
+        return len([orjson.loads(body) for (body,) in rows])
+
+    def prepare_listing(self, count: int) -> None:
+        meta = orjson.dumps(to_dict(make_metadata("x"))).decode()
+        with self.conn.cursor() as cursor, cursor.copy("COPY raw_threads FROM STDIN") as c:
+            for index in range(count):
+                c.write_row((f"t{index}", index, meta))
+
+    def first_page(self) -> int:
+        rows = self.conn.execute(
+            "SELECT m FROM raw_threads ORDER BY updated DESC, id DESC LIMIT 50"
+        ).fetchall()
+        return len([orjson.loads(m) for (m,) in rows])
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+# --- the store workloads ----------------------------------------------------------------------
+
+
+async def fill(store: ThreadStore, thread_id: str, count: int, boundary_from_end: int) -> None:
+    """Append ``count`` items (a boundary ``boundary_from_end`` items before the end)."""
+    await store.create_thread(make_metadata(thread_id))
+    batch: list[Event] = []
+    for index in range(count):
+        batch.append(native_boundary() if index == count - boundary_from_end else item(index))
+        if len(batch) == 1000:
+            await store.append_events(thread_id, batch)
+            batch = []
+    if batch:
+        await store.append_events(thread_id, batch)
+
+
+async def bench_store(
+    name: str, factory: ThreadStoreFactory, raw: Raw, sizes: Sizes, rows: list[Row]
+) -> None:
+    def add(workload: str, unit: str, value: float, baseline: float, ratio: float) -> None:
+        rows.append(Row(workload, name, unit, value, baseline, ratio))
+        print(
+            f"  {workload:<38} {value:>12,.0f} {unit:<10} raw {baseline:>12,.0f}"
+            f"  ratio {ratio:.2f}",
+            file=sys.stderr,
+        )
+
+    print(f"{name}:", file=sys.stderr)
+    store = await factory.open()
+    try:
+        # W1: single durable appends, one at a time; raw and store rounds interleaved so
+        # that both see the same disk weather.
+        tid = (await store.create_thread(make_metadata())).thread_id
+        per_round = max(1, sizes.appends // sizes.repeats)
+        raw_rates, rates = [], []
+        for _ in range(sizes.repeats):
+            raw_rates.append(per_round / median_time(lambda: raw.append_each(per_round), 1))
+
+            async def appends() -> None:
+                for index in range(per_round):
+                    await store.append_events(tid, [item(index)])
+
+            rates.append(per_round / await amedian_time(appends, 1))
+        raw_rate, rate = statistics.median(raw_rates), statistics.median(rates)
+        add("W1 single durable append", "appends/s", rate, raw_rate, rate / raw_rate)
+
+        # W2: 32 concurrent tasks, to one thread and to 32 threads.
+        per_task = sizes.concurrent_per_task
+        one = (await store.create_thread(make_metadata())).thread_id
+        many = [(await store.create_thread(make_metadata())).thread_id for _ in range(32)]
+        for label, targets in (("one thread", [one] * 32), ("32 threads", many)):
+
+            async def concurrent(targets: list[str] = targets) -> None:
+                async def task(thread_id: str) -> None:
+                    for index in range(per_task):
+                        await store.append_events(thread_id, [item(index)])
+
+                async with anyio.create_task_group() as tg:
+                    for thread_id in targets:
+                        tg.start_soon(task, thread_id)
+
+            rate = 32 * per_task / await amedian_time(concurrent, 1)
+            add(f"W2 32 tasks, {label}", "appends/s", rate, raw_rate, rate / raw_rate)
+
+        # W3 / W4: load and replay a large thread; replay a small one.
+        large, small = f"large-{uuid.uuid4().hex[:8]}", f"small-{uuid.uuid4().hex[:8]}"
+        await fill(store, large, sizes.large_thread, 20)
+        await fill(store, small, sizes.small_thread, 20)
+    finally:
+        await store.aclose()
+    raw.prepare_load(sizes.large_thread)
+    raw_load = sizes.large_thread / median_time(raw.load, sizes.repeats)
+
+    async def fresh(work: Callable[[ThreadStore], Awaitable[Any]], repeats: int) -> float:
+        """Return the median time of ``work`` on a store object opened just before it."""
+        times = []
+        for _ in range(repeats):
+            fresh_store = await factory.open()
+            try:
+                start = time.perf_counter()
+                await work(fresh_store)
+                times.append(time.perf_counter() - start)
+            finally:
+                await fresh_store.aclose()
+        return statistics.median(times)
+
+    load_time = await fresh(lambda s: s.read_events(large), sizes.repeats)
+    load_rate = sizes.large_thread / load_time
+    add(
+        f"W3 load {sizes.large_thread:,} items",
+        "items/s",
+        load_rate,
+        raw_load,
+        load_rate / raw_load,
+    )
+    raw_tail = median_time(lambda: raw.tail(20), sizes.read_repeats)
+    replay_large = await fresh(lambda s: s.replay_events(large), sizes.read_repeats)
+    replay_small = await fresh(lambda s: s.replay_events(small), sizes.read_repeats)
+    add(
+        f"W4 replay {sizes.large_thread:,}-item thread",
+        "us",
+        replay_large * 1e6,
+        raw_tail * 1e6,
+        raw_tail / replay_large,
+    )
+    add(
+        f"W4 replay {sizes.small_thread}-item thread",
+        "us",
+        replay_small * 1e6,
+        raw_tail * 1e6,
+        raw_tail / replay_small,
+    )
+
+    # W5: the first page of 50 threads.
+    store = await factory.open()
+    try:
+        existing = len((await store.list_threads(limit=1000)).threads)
+        for _ in range(max(0, sizes.threads - existing)):
+            await store.create_thread(make_metadata())
+        page_time = await amedian_time(lambda: store.list_threads(limit=50), sizes.read_repeats)
+    finally:
+        await store.aclose()
+    raw.prepare_listing(sizes.threads)
+    raw_page = median_time(raw.first_page, sizes.read_repeats)
+    add(
+        f"W5 first page of {sizes.threads:,} threads",
+        "us",
+        page_time * 1e6,
+        raw_page * 1e6,
+        raw_page / page_time,
+    )
+
+
+def postgres_dsn() -> str | None:
+    """Return a reachable PostgreSQL DSN, or None."""
+    try:
+        import psycopg
+    except ImportError:
+        return None
+    dsn = os.environ.get("RODER_POSTGRES_DSN") or os.environ.get(
+        "RODER_TEST_POSTGRES_DSN", LOCAL_TEST_DSN
+    )
+    try:
+        with psycopg.connect(dsn, connect_timeout=3):
+            return dsn
+    except psycopg.OperationalError:
+        return None
+
+
+@contextlib.contextmanager
+def postgres_schema(dsn: str) -> Iterator[str]:
+    import psycopg
+
+    schema = f"roder_bench_{uuid.uuid4().hex[:10]}"
+    try:
+        yield schema
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+async def run(sizes: Sizes, stores: list[str]) -> list[Row]:
+    rows: list[Row] = []
+    base = Path(tempfile.mkdtemp(prefix="roder-bench-"))
+    try:
+        if "jsonl" in stores:
+            raw: Raw = RawFile(base / "raw-file")
+            factory: ThreadStoreFactory = JsonlThreadStoreFactory(base_path=base / "jsonl")
+            await bench_store("jsonl", factory, raw, sizes, rows)
+        if "sqlite" in stores:
+            raw = RawSqlite(base / "raw-sqlite")
+            try:
+                factory = SqliteThreadStoreFactory(base / "store.sqlite3")
+                await bench_store("sqlite", factory, raw, sizes, rows)
+            finally:
+                raw.close()
+        if "postgres" in stores:
+            dsn = postgres_dsn()
+            if dsn is None:
+                print("postgres: skipped (no reachable server)", file=sys.stderr)
+            else:
+                from roder_postgres_thread_store import PostgresThreadStoreFactory
+
+                with postgres_schema(dsn) as schema:
+                    raw = RawPostgres(dsn, schema)
+                    try:
+                        factory = PostgresThreadStoreFactory(dsn, schema=schema, max_size=8)
+                        await bench_store("postgres", factory, raw, sizes, rows)
+                    finally:
+                        raw.close()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return rows
+
+
+def print_table(rows: list[Row]) -> None:
+    cells = [("workload", "store", "store", "raw baseline", "store/raw")]
+    for row in rows:
+        cells.append(
+            (
+                row.workload,
+                row.store,
+                f"{row.value:,.0f} {row.unit}",
+                f"{row.baseline:,.0f} {row.unit}",
+                f"{row.ratio:.2f}",
+            )
+        )
+    widths = [max(len(line[i]) for line in cells) for i in range(5)]
+    for index, line in enumerate(cells):
+        padded = [
+            text.ljust(width) if column < 2 else text.rjust(width)
+            for column, (text, width) in enumerate(zip(line, widths, strict=True))
+        ]
+        print("| " + " | ".join(padded) + " |")
+        if index == 0:
+            print("|" + "|".join("-" * (width + 2) for width in widths) + "|")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (CI smoke run)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--stores", default="jsonl,sqlite,postgres", help="comma list")
+    args = parser.parse_args()
+    sizes = QUICK if args.quick else FULL
+    rows = anyio.run(run, sizes, [s.strip() for s in args.stores.split(",") if s.strip()])
+    if args.json:
+        print(
+            orjson.dumps(
+                {"sizes": asdict(sizes), "rows": [asdict(r) for r in rows]},
+                option=orjson.OPT_INDENT_2,
+            ).decode()
+        )
+    else:
+        print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
