@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -190,3 +191,33 @@ async def test_engine_kit_fails_a_broken_engine() -> None:
     kit = InferenceEngineConformance()
     with pytest.raises(AssertionError, match="expected one Completed or Failed"):
         await kit.test_stream_turn_shape(DoubleCompletionEngine())
+
+
+def test_the_documented_kit_examples_run(tmp_path: Path) -> None:
+    doc = (
+        Path(__file__).resolve().parent.parent / "docs" / "writing-a-thread-store.md"
+    ).read_text()
+    examples = [b for b in re.findall(r"```python\n(.*?)```", doc, re.S) if "class Test" in b]
+    assert len(examples) == 2
+    for index, example in enumerate(examples):
+        (tmp_path / f"test_doc_example_{index}.py").write_text(example)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "create_get or atomic or stream_turn_shape",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=_env(),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "6 passed" in result.stdout
