@@ -15,10 +15,13 @@ MODULES = [
     "roder_api.extension",
     "roder_api.inference",
     "roder_api.testing",
+    "roder_api.testing.conformance",
     "roder_api.threads",
     "roder_api.transcript",
     "roder_runtime",
     "roder_jsonl_thread_store",
+    "roder_sqlite_thread_store",
+    "roder_postgres_thread_store",
 ]
 
 

@@ -491,14 +491,17 @@ def migrate_schema(conn: psycopg.Connection[Any], schema: str) -> int:
     """
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("roder-schema:" + schema,))
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-        conn.execute(
-            sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(schema)),
-        )
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS roder_schema_version ("
-            "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
+        # Only DDL that is needed: a schema prepared by an administrator needs no CREATE right.
+        exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+        if exists.fetchone() is None:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(schema)))
+        table = conn.execute("SELECT to_regclass('roder_schema_version')").fetchone()
+        if table is None or table[0] is None:
+            conn.execute(
+                "CREATE TABLE roder_schema_version ("
+                "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
         row = conn.execute("SELECT coalesce(max(version), 0) FROM roder_schema_version").fetchone()
         found = int(row[0]) if row is not None else 0
         if found > SCHEMA_VERSION:

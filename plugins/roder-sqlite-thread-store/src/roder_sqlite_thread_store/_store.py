@@ -144,7 +144,6 @@ class SqliteThreadStore(ThreadStore):
         self._pending: list[_WriteRequest[Any]] = []
         self._pool_lock = threading.Lock()
         self._readers: list[sqlite3.Connection] = []
-        self._all: list[sqlite3.Connection] = []
         self._writer: sqlite3.Connection | None = None
         self._closed = False
 
@@ -161,8 +160,6 @@ class SqliteThreadStore(ThreadStore):
         except BaseException:
             conn.close()
             raise
-        with self._pool_lock:
-            self._all.append(conn)
         return conn
 
     def _warm(self) -> None:
