@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from roder_api import ExtensionRegistryBuilder
@@ -255,3 +256,45 @@ def test_usage_errors(tmp_path: Path, cli_env: dict[str, str]) -> None:
         expect=2,
     )
     assert "KEY=VALUE" in option.stderr
+
+
+def test_a_terminal_sees_a_progress_bar(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    anyio.run(populate, JsonlThreadStoreFactory(base_path=tmp_path / "a"))
+    master, slave = pty.openpty()
+    # A terminal of 100 columns (a fresh pseudo-terminal has none, and tqdm draws nothing).
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    try:
+        result = subprocess.run(
+            [
+                *roder_command(),
+                "migrate",
+                "--from",
+                f"jsonl:{tmp_path / 'a'}",
+                "--to",
+                f"sqlite:{tmp_path / 'b.db'}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            env=cli_env,
+            timeout=120,
+        )
+        os.close(slave)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the terminal's other end is closed: everything was read
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(master)
+    assert result.returncode == 0
+    assert b"migrating threads" in shown and b"5/5" in shown
