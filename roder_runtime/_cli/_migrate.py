@@ -27,6 +27,7 @@ from roder_runtime._cli._common import (
     EXIT_OK,
     EXIT_USAGE,
     CommandError,
+    add_command,
     add_json_flag,
     print_json,
     progress,
@@ -50,28 +51,30 @@ _COMPARED_FIELDS = (
 
 def register(subparsers: Any) -> None:
     """Add the ``migrate`` command."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "migrate",
         help="copy every thread from one store to another, verified",
         description=(
             "Copy every thread with its full journal (same events, sequence numbers and "
-            "metadata) from one thread store to another, then verify counts and a checksum "
-            "per thread. Resumable and idempotent: run it again after an interruption; "
-            "threads already complete at the target are skipped."
+            "metadata) from one thread store to another, then verify counts, metadata and a "
+            "checksum per thread. Resumable and idempotent: run it again after an "
+            "interruption; threads already complete at the target are skipped. STORE:LOCATION "
+            "is a store id and its path (its DSN for postgres); an empty LOCATION uses the "
+            "store's default (e.g. RODER_POSTGRES_DSN). Stop writers first, or run it again."
         ),
-        epilog=(
-            "STORE:LOCATION is a store id and its path (its DSN for postgres), e.g.\n"
-            "  roder migrate --from jsonl:~/.roder/threads --to sqlite:~/.roder/threads.db\n"
-            "  roder migrate --from sqlite:threads.db --to postgres:postgresql://host/db\n"
-            "  roder migrate --from jsonl:old --to postgres: --to-option schema=agents --json\n"
-            "(an empty location uses the store's default, e.g. RODER_POSTGRES_DSN)"
+        examples=(
+            "roder migrate --from jsonl:~/.roder/threads --to sqlite:~/.roder/threads.db",
+            "roder migrate --from sqlite:threads.db --to postgres:postgresql://db.internal/agents",
+            "roder migrate --from jsonl:old --to postgres: --to-option schema=agents --json",
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--from", dest="source", required=True, metavar="STORE:LOCATION", help="copy from"
     )
-    parser.add_argument("--to", dest="target", required=True, metavar="STORE:LOCATION")
+    parser.add_argument(
+        "--to", dest="target", required=True, metavar="STORE:LOCATION", help="copy to"
+    )
     parser.add_argument(
         "--from-option",
         action="append",
