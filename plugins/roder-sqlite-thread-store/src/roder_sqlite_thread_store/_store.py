@@ -131,7 +131,9 @@ class SqliteThreadStore(ThreadStore):
     order their writes.
     """
 
-    def __init__(self, path: Path, *, durability: str = "fsync", busy_timeout_s: float = 30.0):
+    def __init__(
+        self, path: Path, *, durability: str = "fsync", busy_timeout_s: float = 30.0
+    ) -> None:
         if durability not in DURABILITY_MODES:
             raise ValueError(
                 f"unknown durability {durability!r}; use one of {', '.join(DURABILITY_MODES)}"
