@@ -233,3 +233,17 @@ async def test_a_killed_writer_leaves_no_partial_batch(postgres_dsn: str, schema
     got = await store.append_events("victim", [user_item("after")])
     assert got[0].sequence == (await store.get_thread("victim")).last_sequence
     await store.aclose()
+
+
+async def test_thread_size_counts_the_stored_bytes(postgres_dsn: str, schema: str) -> None:
+    from roder_api.errors import ThreadNotFoundError
+
+    store = await PostgresThreadStoreFactory(postgres_dsn, schema=schema).open()
+    tid = (await store.create_thread(make_metadata())).thread_id
+    empty = await store.thread_size_bytes(tid)
+    assert empty > 0
+    await store.append_events(tid, [user_item("ü" * 10_000)])
+    assert await store.thread_size_bytes(tid) > empty + 20_000
+    with pytest.raises(ThreadNotFoundError):
+        await store.thread_size_bytes("missing")
+    await store.aclose()

@@ -223,3 +223,17 @@ async def test_a_failing_write_in_a_commit_group_fails_alone(tmp_path: Path) -> 
     assert [e.sequence for e in journal] == list(range(1, 31))
     assert (await store.get_thread(tid)).item_count == 30
     await store.aclose()
+
+
+async def test_thread_size_counts_the_stored_bytes(tmp_path: Path) -> None:
+    from roder_api.errors import ThreadNotFoundError
+
+    store = await SqliteThreadStoreFactory(tmp_path / "size.sqlite3").open()
+    tid = (await store.create_thread(make_metadata())).thread_id
+    empty = await store.thread_size_bytes(tid)
+    assert empty > 0
+    await store.append_events(tid, [user_item("x" * 10_000)])
+    assert await store.thread_size_bytes(tid) > empty + 10_000
+    with pytest.raises(ThreadNotFoundError):
+        await store.thread_size_bytes("missing")
+    await store.aclose()

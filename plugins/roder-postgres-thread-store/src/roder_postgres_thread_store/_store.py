@@ -374,6 +374,16 @@ class PostgresThreadStore(ThreadStore):
         first = events[0].sequence if events else before
         return EventPage(events, first if first > 1 else None)
 
+    def _size_sync(self, thread_id: str) -> int:
+        with self._pool.connection() as conn:
+            _, _, raw = self._row(conn, thread_id, lock=False)
+            row = conn.execute(
+                "SELECT coalesce(sum(octet_length(event)), 0) FROM roder_events "
+                "WHERE thread_id = %s",
+                (thread_id,),
+            ).fetchone()
+        return len(raw.encode()) + (int(row[0]) if row is not None else 0)
+
     def _list_sync(self, cursor: str | None, limit: int) -> ThreadPage:
         with self._pool.connection() as conn:
             if cursor:
@@ -475,6 +485,11 @@ class PostgresThreadStore(ThreadStore):
         """Delete a thread's row and its journal."""
         validate_thread_id(thread_id)
         await self._run(self._delete_sync, thread_id)
+
+    async def thread_size_bytes(self, thread_id: str) -> int:
+        """Return the bytes of the thread's serialised events and metadata (as text)."""
+        validate_thread_id(thread_id)
+        return await self._run(self._size_sync, thread_id)
 
     async def aclose(self) -> None:
         """Close the connection pool (waiting for the calls in progress)."""

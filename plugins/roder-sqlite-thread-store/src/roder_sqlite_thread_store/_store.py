@@ -420,6 +420,15 @@ class SqliteThreadStore(ThreadStore):
         more = len(threads) > limit
         return ThreadPage(tuple(page), encode_cursor(*listing_key(page[-1])) if more else None)
 
+    def _size_sync(self, thread_id: str) -> int:
+        with self._reader() as conn:
+            _, _, raw = self._row(conn, thread_id)
+            row = conn.execute(
+                "SELECT coalesce(sum(length(event)), 0) FROM roder_events WHERE thread_id = ?",
+                (thread_id,),
+            ).fetchone()
+        return len(raw) + int(row[0])
+
     def _close_sync(self) -> None:
         with self._write_lock, self._pool_lock:
             self._closed = True
@@ -510,6 +519,11 @@ class SqliteThreadStore(ThreadStore):
         """Delete a thread's row and its journal."""
         validate_thread_id(thread_id)
         await self._run(self._delete_sync, thread_id)
+
+    async def thread_size_bytes(self, thread_id: str) -> int:
+        """Return the bytes of the thread's serialised events and metadata in the file."""
+        validate_thread_id(thread_id)
+        return await self._run(self._size_sync, thread_id)
 
     async def aclose(self) -> None:
         """Close the connections once the writes in progress are done."""
