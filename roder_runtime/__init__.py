@@ -15,6 +15,7 @@ from roder_runtime._config import (
     roder_home,
 )
 from roder_runtime._runtime import DEFAULT_ENGINE, Runtime
+from roder_runtime._session import Interrupt, Op, Session, Steer, UserInput
 
 __version__ = "0.1.0"
 
@@ -22,9 +23,14 @@ __all__ = [
     "CompactionConfig",
     "CompactionResult",
     "DEFAULT_ENGINE",
+    "Interrupt",
+    "Op",
     "ReliabilityConfig",
     "Runtime",
     "RuntimeConfig",
+    "Session",
+    "Steer",
+    "UserInput",
     "__version__",
     "default_config_path",
     "load_config",

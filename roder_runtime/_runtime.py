@@ -10,8 +10,21 @@ from typing import Any
 
 import anyio
 
-from roder_api.errors import RoderError, StoppedError, ThreadNotFoundError, UnknownThreadStoreError
-from roder_api.events import Event, ItemCompleted, JournalEvent, UsageUpdated
+from roder_api.errors import (
+    BusyError,
+    RoderError,
+    StoppedError,
+    ThreadNotFoundError,
+    UnknownThreadStoreError,
+)
+from roder_api.events import (
+    Event,
+    ItemCompleted,
+    JournalEvent,
+    TurnAborted,
+    TurnComplete,
+    UsageUpdated,
+)
 from roder_api.extension import ExtensionRegistry, ExtensionRegistryBuilder
 from roder_api.inference import InferenceEngine, TokenUsage
 from roder_api.threads import (
@@ -24,11 +37,12 @@ from roder_api.threads import (
     turns_from_events,
     validate_thread_id,
 )
-from roder_api.transcript import TranscriptItem, UserMessage, trim_to_last_compaction_boundary
+from roder_api.transcript import TranscriptItem, trim_to_last_compaction_boundary
 from roder_runtime import _compaction
 from roder_runtime._compaction import CompactionResult, PreemptSignal
 from roder_runtime._config import RuntimeConfig, load_config
-from roder_runtime._turns import Emit, new_id, run_turn
+from roder_runtime._session import Session
+from roder_runtime._turns import Emit, new_id
 
 DEFAULT_ENGINE = "scripted"
 """The engine used when no ``default_engine`` is configured."""
@@ -54,6 +68,7 @@ class Runtime:
         self._store: ThreadStore | None = None
         self._store_lock = anyio.Lock()
         self._closed = False
+        self._sessions: set[str] = set()
 
     @classmethod
     def from_config(
@@ -186,6 +201,35 @@ class Runtime:
 
     # --- turns -------------------------------------------------------------------------------
 
+    async def start_session(
+        self, thread_id: str, *, engine: str | None = None, model: str | None = None
+    ) -> Session:
+        """Return a running session on a thread (``engine``: an engine id, default the default).
+
+        A turn that a dead process left running is closed first with
+        ``TurnAborted(turn_id, "process_exited")``. One session per thread at a time in a
+        runtime: raise ``BusyError`` while another is open, ``ThreadNotFoundError`` when the
+        thread does not exist.
+        """
+        chosen = self.engine(engine)
+        model_id = model or self.default_model(chosen)
+        await self.get_thread(thread_id)
+        if thread_id in self._sessions:
+            raise BusyError(
+                f"thread {thread_id!r} already has an open session in this runtime; "
+                "close it first"
+            )
+        session = Session(
+            self, thread_id, chosen, model_id, on_close=lambda: self._sessions.discard(thread_id)
+        )
+        self._sessions.add(thread_id)
+        try:
+            await session._start()
+        except BaseException:
+            self._sessions.discard(thread_id)
+            raise
+        return session
+
     async def run_turn(
         self,
         thread_id: str,
@@ -196,35 +240,21 @@ class Runtime:
         model: str | None = None,
         turn_id: str | None = None,
     ) -> str | None:
-        """Run one turn on a thread: persist every event, then hand it to ``emit``.
+        """Run one turn on a thread through a session: persist every event, then ``emit`` it.
 
         Return the assistant's reply, or None when the turn failed (its journal says why).
         """
-        chosen = self.engine(engine)
-        model_id = model or self.default_model(chosen)
-        turn_id = turn_id or new_id("turn")
-        history = await self.replay_history(thread_id)
-
-        async def persist(events: Sequence[Event]) -> None:
-            entries = await self.append_events(thread_id, events)
-            if emit is not None:
-                await emit([e.event for e in entries])
-
-        # Journals TurnStarted and the input, compacting first when the history grew too big.
-        transcript = await _compaction.begin_turn(
-            self, thread_id, turn_id, chosen, model_id, history, UserMessage(text), persist
-        )
-        if transcript is None:
-            return None
-        return await run_turn(
-            chosen,
-            self.config,
-            thread_id=thread_id,
-            turn_id=turn_id,
-            model=model_id,
-            transcript=transcript,
-            emit=persist,
-        )
+        async with await self.start_session(thread_id, engine=engine, model=model) as session:
+            turn_id = session._submit_turn(text, turn_id or new_id("turn"))
+            while True:
+                entry = await session.next_event()
+                event = entry.event
+                if emit is not None:
+                    await emit([event])
+                if isinstance(event, TurnComplete) and event.turn_id == turn_id:
+                    return event.last_assistant_message or ""
+                if isinstance(event, TurnAborted) and event.turn_id == turn_id:
+                    return None
 
     # --- compaction ------------------------------------------------------------------------------
 

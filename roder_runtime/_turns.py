@@ -38,6 +38,7 @@ from roder_api.transcript import (
     Reasoning,
     ToolCallRecord,
     TranscriptItem,
+    UserMessage,
 )
 from roder_runtime._config import RuntimeConfig
 from roder_runtime._retry import retry_delay, should_retry
@@ -76,13 +77,16 @@ async def run_model_step(
     ctx: InferenceTurnContext,
     request: AgentInferenceRequest,
     emit: Emit,
+    outcome: StepOutcome | None = None,
 ) -> StepOutcome:
     """Stream one model call, emitting deltas, items and usage as they arrive.
 
-    The engine's generator is closed as soon as the stream ends or this task is cancelled.
-    Raise ``ProviderFailure`` as the engine does; the outcome keeps what was seen.
+    The engine's generator is closed as soon as the stream ends, fails or this task is
+    cancelled. Raise ``ProviderFailure`` as the engine does; ``outcome`` (filled in as the
+    stream goes, returned) keeps what was seen even then.
     """
-    outcome = StepOutcome()
+    if outcome is None:
+        outcome = StepOutcome()
     stream = engine.stream_turn(ctx, request)
     turn_id, step_id = ctx.turn_id, ctx.model_step_id
     try:
@@ -132,6 +136,17 @@ async def run_model_step(
     return outcome
 
 
+NextInput = Callable[[], Sequence[str]]
+"""Return (and take) the user input that arrived for the running turn (steering)."""
+
+
+def _partial(turn_id: str, outcome: StepOutcome) -> list[Event]:
+    """Return the items that keep a failed step's delivered text, marked as interrupted."""
+    if not outcome.text:
+        return []
+    return [ItemCompleted(turn_id, AssistantMessage(outcome.text, interrupted=True))]
+
+
 async def run_turn(
     engine: InferenceEngine,
     config: RuntimeConfig,
@@ -141,63 +156,82 @@ async def run_turn(
     model: str,
     transcript: Sequence[TranscriptItem],
     emit: Emit,
+    next_input: NextInput | None = None,
 ) -> str | None:
     """Run the model steps of one turn and emit its events; return the assistant's text.
 
     A retryable ``ProviderFailure`` before any output of a step retries the step with
     backoff; afterwards, or when not retryable, the turn ends with ``ErrorEvent`` and
-    ``TurnAborted``. Usage is emitted as observed, so every attempt is billed.
+    ``TurnAborted`` (the text already delivered is kept, marked interrupted). Usage is
+    emitted as observed, so every attempt is billed. After a completed step, input from
+    ``next_input`` (the user steering) is added to the turn and the model called again.
     """
-    attempt = 1
-    request = AgentInferenceRequest(
-        model=model, instructions=config.instructions, transcript=tuple(transcript)
-    )
+    history = list(transcript)
+    last_text: str | None = None
     while True:
-        step_id = new_id("step")
-        await emit([ModelStepStarted(turn_id, step_id)])
-        ctx = InferenceTurnContext(thread_id, turn_id, step_id, "turn", attempt)
-        produced = False
+        request = AgentInferenceRequest(
+            model=model, instructions=config.instructions, transcript=tuple(history)
+        )
+        attempt = 1
+        while True:
+            step_id = new_id("step")
+            await emit([ModelStepStarted(turn_id, step_id)])
+            ctx = InferenceTurnContext(thread_id, turn_id, step_id, "turn", attempt)
+            produced = False
 
-        async def tracking_emit(events: Sequence[Event]) -> None:
-            nonlocal produced
-            if any(not isinstance(e, UsageUpdated) for e in events):
-                produced = True
-            await emit(events)
+            async def tracking_emit(events: Sequence[Event]) -> None:
+                nonlocal produced
+                if any(not isinstance(e, UsageUpdated) for e in events):
+                    produced = True
+                await emit(events)
 
-        try:
-            outcome = await run_model_step(engine, ctx, request, tracking_emit)
-        except ProviderFailure as failure:
-            if not produced and should_retry(config.reliability, attempt, failure):
-                await anyio.sleep(retry_delay(config.reliability, attempt, failure))
-                attempt += 1
-                continue
+            outcome = StepOutcome()
+            try:
+                await run_model_step(engine, ctx, request, tracking_emit, outcome)
+            except ProviderFailure as failure:
+                if not produced and should_retry(config.reliability, attempt, failure):
+                    await anyio.sleep(retry_delay(config.reliability, attempt, failure))
+                    attempt += 1
+                    continue
+                await emit(
+                    [
+                        *_partial(turn_id, outcome),
+                        ErrorEvent(f"model call failed: {failure}", turn_id),
+                        TurnAborted(turn_id, "failed"),
+                    ]
+                )
+                return None
+            break
+        if outcome.failure is not None or not outcome.completed:
+            message = (
+                f"model call failed: {outcome.failure}"
+                if outcome.failure is not None
+                else "the model stream ended without completing"
+            )
             await emit(
                 [
-                    ErrorEvent(f"model call failed: {failure}", turn_id),
+                    *_partial(turn_id, outcome),
+                    ErrorEvent(message, turn_id),
                     TurnAborted(turn_id, "failed"),
                 ]
             )
             return None
-        break
-    final: list[Event] = []
-    if outcome.reasoning:
-        final.append(ItemCompleted(turn_id, Reasoning(outcome.reasoning)))
-    if outcome.text:
-        final.append(ItemCompleted(turn_id, AssistantMessage(outcome.text)))
-    if outcome.failure is not None:
-        final += [
-            ErrorEvent(f"model call failed: {outcome.failure}", turn_id),
-            TurnAborted(turn_id, "failed"),
-        ]
+        final: list[Event] = []
+        step_items: list[TranscriptItem] = list(outcome.items)
+        if outcome.reasoning:
+            step_items.append(Reasoning(outcome.reasoning))
+            final.append(ItemCompleted(turn_id, Reasoning(outcome.reasoning)))
+        if outcome.text:
+            last_text = outcome.text
+            step_items.append(AssistantMessage(outcome.text))
+            final.append(ItemCompleted(turn_id, AssistantMessage(outcome.text)))
+        steering = list(next_input()) if next_input is not None else []
+        if steering:
+            messages = [UserMessage(text) for text in steering]
+            final += [ItemCompleted(turn_id, message) for message in messages]
+            await emit(final)
+            history += [*step_items, *messages]
+            continue
+        final.append(TurnComplete(turn_id, last_text))
         await emit(final)
-        return None
-    if not outcome.completed:
-        final += [
-            ErrorEvent("the model stream ended without completing", turn_id),
-            TurnAborted(turn_id, "failed"),
-        ]
-        await emit(final)
-        return None
-    final.append(TurnComplete(turn_id, outcome.text or None))
-    await emit(final)
-    return outcome.text
+        return last_text if last_text is not None else ""

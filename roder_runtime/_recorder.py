@@ -1,0 +1,390 @@
+"""The durable event recorder: persist every event before it is delivered, bounded, in order.
+
+A session records its events here. The recorder
+
+- accepts an event synchronously (:meth:`EventRecorder.record`) or refuses it with
+  ``RecorderError("event recorder queue is full")`` when its queue is full by count or by
+  bytes; everything accepted before a refusal is still persisted and delivered, in order;
+- persists accepted events in the background, batching what has queued up into one
+  ``append_events`` call (one durable write for many events), and only then hands them to
+  the consumer (:meth:`EventRecorder.next_event`);
+- coalesces consecutive text deltas of one stream (turn, model step, phase) up to
+  :data:`COALESCE_BYTES` or :data:`COALESCE_SECONDS`: the first delta of a stream is queued at
+  once, later ones wait in a pending batch that any other event, a phase or step change, a
+  full batch or a timer flushes first; a delta is never split and one larger than the limit
+  passes whole;
+- stops for good when persisting fails: nothing more is delivered, and ``flush()``,
+  ``next_event()`` and ``record()`` raise a ``RecorderError`` whose ``__cause__`` is the
+  store's error.
+
+The queue bound covers every event from acceptance to delivery, so a slow consumer cannot
+make it grow without limit; :meth:`EventRecorder.flush` waits until the consumer has taken
+everything recorded before it (backpressure).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import anyio
+
+from roder_api.codec import dumps
+from roder_api.errors import RecorderError, StoppedError
+from roder_api.events import AssistantContentDelta, ContentPhase, Event, JournalEvent
+
+COALESCE_BYTES = 16 * 1024
+"""The most UTF-8 bytes of text merged into one delivered delta."""
+
+COALESCE_SECONDS = 0.040
+"""How long a pending batch of text waits for more before it is persisted."""
+
+QUEUE_FULL = "event recorder queue is full"
+"""The message of the ``RecorderError`` a full recorder refuses an event with."""
+
+_DELTA_OVERHEAD = 96
+"""Bytes counted for a delta's envelope (type tag, ids, phase) on top of its text."""
+
+Append = Callable[[Sequence[Event]], Awaitable[list[JournalEvent]]]
+"""Append events to the thread's journal as one atomic, durable batch."""
+
+StreamKey = tuple[str, str, ContentPhase]
+
+
+def event_size(event: Event) -> int:
+    """Return the bytes an event is counted for against the recorder's byte budget."""
+    if isinstance(event, AssistantContentDelta):
+        return (
+            len(event.delta.encode("utf-8"))
+            + len(event.turn_id)
+            + len(event.model_step_id)
+            + _DELTA_OVERHEAD
+        )
+    return len(dumps(event))
+
+
+@dataclass(slots=True)
+class _Pending:
+    """Text deltas of one stream waiting to be merged into one event."""
+
+    key: StreamKey
+    parts: list[str]
+    text_bytes: int
+    size: int
+    deadline: float
+
+    def event(self) -> AssistantContentDelta:
+        turn_id, step_id, phase = self.key
+        return AssistantContentDelta(turn_id, step_id, phase, "".join(self.parts))
+
+
+class _Signal:
+    """A level-free wake-up: ``notify()`` wakes every task waiting at that moment."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = anyio.Event()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+@dataclass(slots=True)
+class _Counters:
+    """Events and bytes held from acceptance until delivery."""
+
+    count: int = 0
+    size: int = 0
+    queued: int = 0  # events given a place in the persist queue so far
+    persisted: int = 0  # of those, persisted (or discarded after a failure)
+    delivered: int = 0  # of those, taken by the consumer
+    sizes: deque[int] = field(default_factory=deque)
+
+
+class EventRecorder:
+    """Persists events to a journal before delivering them; bounded by count and bytes.
+
+    ``append`` persists a batch (``Runtime.append_events`` bound to a thread). Run
+    :meth:`run` in a task group for the recorder's lifetime; :meth:`close` ends it once
+    everything accepted is persisted.
+    """
+
+    def __init__(
+        self,
+        append: Append,
+        *,
+        event_capacity: int,
+        byte_budget: int,
+        coalesce_bytes: int = COALESCE_BYTES,
+        coalesce_seconds: float = COALESCE_SECONDS,
+    ) -> None:
+        if event_capacity < 1 or byte_budget < 1:
+            raise ValueError("the recorder needs room for at least one event and one byte")
+        self._append = append
+        self.event_capacity = event_capacity
+        self.byte_budget = byte_budget
+        self.coalesce_bytes = coalesce_bytes
+        self.coalesce_seconds = coalesce_seconds
+        self._to_persist: deque[tuple[Event, int]] = deque()
+        self._to_deliver: deque[tuple[JournalEvent, int]] = deque()
+        self._pending: _Pending | None = None
+        self._last_stream: StreamKey | None = None
+        self._n = _Counters()
+        self._failure: BaseException | None = None
+        self._closing = False
+        self._finished = False
+        self._discard_undelivered = False
+        self._writer_wake = _Signal()
+        self._progress = _Signal()
+        self.batches = 0
+        """How many ``append`` calls persisted events (for benchmarks and tests)."""
+
+    # --- accepting --------------------------------------------------------------------------
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Return the error that stopped the recorder, or None while it works."""
+        return self._failure
+
+    def _check_open(self) -> None:
+        if self._failure is not None:
+            raise self._stopped_error()
+        if self._closing:
+            raise StoppedError("the event recorder is closed")
+
+    def _stopped_error(self) -> RecorderError:
+        error = RecorderError(f"event recorder stopped: could not persist events: {self._failure}")
+        error.__cause__ = self._failure
+        return error
+
+    @property
+    def held(self) -> int:
+        """Return how many events are held between acceptance and delivery."""
+        return self._n.count
+
+    def has_room(self, count: int = 1, size: int = 0) -> bool:
+        """Return True when ``count`` more events of ``size`` bytes in all would be accepted."""
+        return (
+            self._n.count + count <= self.event_capacity and self._n.size + size <= self.byte_budget
+        )
+
+    def record(self, event: Event) -> None:
+        """Accept ``event`` for persisting and delivery, or refuse it.
+
+        Raised ``RecorderError("event recorder queue is full")`` when the queue is full by
+        count or by bytes (nothing of ``event`` is kept); ``RecorderError`` (with the
+        store's error as ``__cause__``) after a failure; ``StoppedError`` once closed.
+        """
+        self._check_open()
+        if isinstance(event, AssistantContentDelta):
+            self._record_delta(event)
+            return
+        size = event_size(event)
+        if not self.has_room(1, size):
+            raise RecorderError(QUEUE_FULL)
+        self._flush_pending()
+        self._last_stream = None
+        self._enqueue(event, size)
+
+    def _record_delta(self, event: AssistantContentDelta) -> None:
+        key: StreamKey = (event.turn_id, event.model_step_id, event.phase)
+        text_bytes = len(event.delta.encode("utf-8"))
+        size = text_bytes + len(event.turn_id) + len(event.model_step_id) + _DELTA_OVERHEAD
+        pending = self._pending
+        if (
+            pending is not None
+            and pending.key == key
+            and pending.text_bytes + text_bytes <= self.coalesce_bytes
+        ):
+            # Merged text costs only its own bytes: the envelope is already counted.
+            if not self.has_room(0, text_bytes):
+                raise RecorderError(QUEUE_FULL)
+            pending.parts.append(event.delta)
+            pending.text_bytes += text_bytes
+            pending.size += text_bytes
+            self._n.size += text_bytes
+            return
+        if not self.has_room(1, size):
+            raise RecorderError(QUEUE_FULL)
+        self._flush_pending()
+        if key != self._last_stream or text_bytes > self.coalesce_bytes:
+            # The first delta of a stream goes out at once; an oversized one passes whole.
+            self._last_stream = key
+            self._enqueue(event, size)
+            return
+        self._pending = _Pending(
+            key, [event.delta], text_bytes, size, anyio.current_time() + self.coalesce_seconds
+        )
+        self._n.count += 1
+        self._n.size += size
+        self._writer_wake.notify()
+
+    def _enqueue(self, event: Event, size: int) -> None:
+        self._to_persist.append((event, size))
+        self._n.count += 1
+        self._n.size += size
+        self._n.queued += 1
+        self._writer_wake.notify()
+
+    def _flush_pending(self) -> None:
+        """Move the pending text into the persist queue (already counted)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._to_persist.append((pending.event(), pending.size))
+            self._n.queued += 1
+            self._writer_wake.notify()
+
+    # --- persisting -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Persist accepted events in batches until closed and drained, or a failure."""
+        try:
+            while True:
+                pending = self._pending
+                if pending is not None and anyio.current_time() >= pending.deadline:
+                    self._flush_pending()
+                if self._to_persist:
+                    await self._persist_batch()
+                    if self._failure is not None:
+                        return
+                    continue
+                if self._closing and self._pending is None:
+                    return
+                if pending is not None:
+                    with anyio.move_on_after(max(0.0, pending.deadline - anyio.current_time())):
+                        await self._writer_wake.wait()
+                else:
+                    await self._writer_wake.wait()
+        finally:
+            self._finished = True
+            self._progress.notify()
+
+    async def _persist_batch(self) -> None:
+        batch = list(self._to_persist)
+        self._to_persist.clear()
+        try:
+            entries = await self._append([event for event, _ in batch])
+            if len(entries) != len(batch):
+                raise RecorderError(
+                    f"the store journaled {len(entries)} of {len(batch)} events of a batch"
+                )
+        except Exception as exc:
+            self._fail(exc)
+            return
+        except BaseException:
+            # Cancelled mid-append: whether the batch landed is unknown, so nothing more
+            # may be delivered.
+            self._fail(RecorderError("the event recorder was cancelled while persisting"))
+            raise
+        self.batches += 1
+        self._n.persisted += len(batch)
+        if self._discard_undelivered:
+            self._release(sum(size for _, size in batch), len(batch))
+            self._n.delivered += len(batch)
+        else:
+            for entry, (_, size) in zip(entries, batch, strict=True):
+                self._to_deliver.append((entry, size))
+        self._progress.notify()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = exc
+        lost = len(self._to_persist) + len(self._to_deliver) + (1 if self._pending else 0)
+        self._to_persist.clear()
+        self._to_deliver.clear()
+        self._pending = None
+        self._n.count -= lost
+        self._n.count = max(0, self._n.count)
+        self._n.size = 0
+        self._progress.notify()
+
+    def _release(self, size: int, count: int = 1) -> None:
+        self._n.count -= count
+        self._n.size -= size
+
+    # --- delivering -------------------------------------------------------------------------
+
+    async def next_event(self) -> JournalEvent:
+        """Return the next persisted event, waiting for one.
+
+        Raised ``RecorderError`` after a failure to persist (nothing more is delivered) and
+        ``StoppedError`` when the recorder is closed and everything was delivered.
+        """
+        while True:
+            if self._failure is not None:
+                raise self._stopped_error()
+            if self._to_deliver:
+                entry, size = self._to_deliver.popleft()
+                self._release(size)
+                self._n.delivered += 1
+                self._progress.notify()
+                return entry
+            if self._finished or (self._closing and self._discard_undelivered):
+                raise StoppedError("the session is closed and every event was delivered")
+            await self._progress.wait()
+
+    def next_event_nowait(self) -> JournalEvent | None:
+        """Return the next persisted event, or None when none is ready."""
+        if self._failure is not None:
+            raise self._stopped_error()
+        if not self._to_deliver:
+            return None
+        entry, size = self._to_deliver.popleft()
+        self._release(size)
+        self._n.delivered += 1
+        self._progress.notify()
+        return entry
+
+    async def flush(self) -> None:
+        """Wait until every event recorded so far is persisted and delivered.
+
+        Pending text is persisted at once. Raised ``RecorderError`` (with the store's error
+        as ``__cause__``) when persisting failed.
+        """
+        self._flush_pending()
+        target = self._n.queued
+        while self._n.delivered < target:
+            if self._failure is not None:
+                raise self._stopped_error()
+            if self._finished:
+                raise StoppedError("the event recorder stopped before delivering every event")
+            await self._progress.wait()
+        if self._failure is not None:
+            raise self._stopped_error()
+
+    async def wait_persisted(self) -> None:
+        """Wait until every event recorded so far is persisted (delivered or not)."""
+        self._flush_pending()
+        target = self._n.queued
+        while self._n.persisted < target:
+            if self._failure is not None:
+                raise self._stopped_error()
+            if self._finished:
+                raise StoppedError("the event recorder stopped before persisting every event")
+            await self._progress.wait()
+        if self._failure is not None:
+            raise self._stopped_error()
+
+    def discard_undelivered(self) -> None:
+        """Stop delivering: drop what waits for the consumer (it stays in the journal).
+
+        Used when the consumer has gone (the session is closing); frees the queue for the
+        events that close the session, which are still persisted.
+        """
+        self._discard_undelivered = True
+        while self._to_deliver:
+            _, size = self._to_deliver.popleft()
+            self._release(size)
+            self._n.delivered += 1
+        self._progress.notify()
+
+    def close(self) -> None:
+        """Accept nothing more; :meth:`run` returns once everything accepted is persisted."""
+        self._flush_pending()
+        self._closing = True
+        self._writer_wake.notify()
+        self._progress.notify()
