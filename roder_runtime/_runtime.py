@@ -216,8 +216,7 @@ class Runtime:
         await self.get_thread(thread_id)
         if thread_id in self._sessions:
             raise BusyError(
-                f"thread {thread_id!r} already has an open session in this runtime; "
-                "close it first"
+                f"thread {thread_id!r} already has an open session in this runtime; close it first"
             )
         session = Session(
             self, thread_id, chosen, model_id, on_close=lambda: self._sessions.discard(thread_id)

@@ -415,9 +415,7 @@ class Session:
                 elif isinstance(event, AssistantContentDelta):
                     if event.phase is ContentPhase.FINAL_ANSWER:
                         turn.step_text.append(event.delta)
-                elif isinstance(event, ItemCompleted) and isinstance(
-                    event.item, AssistantMessage
-                ):
+                elif isinstance(event, ItemCompleted) and isinstance(event.item, AssistantMessage):
                     turn.step_text.clear()
                 elif isinstance(event, (TurnComplete, TurnAborted)):
                     turn.finished = True

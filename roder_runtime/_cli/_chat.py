@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from collections.abc import Sequence
+import threading
 from typing import Any
 
 import anyio
-import anyio.to_thread
+import anyio.from_thread
+import anyio.lowlevel
+from anyio.lowlevel import EventLoopToken
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from roder_api.errors import ThreadNotFoundError
+from roder_api.errors import InputTooLargeError, RoderError
 from roder_api.events import (
     AssistantContentDelta,
     ContentPhase,
     ErrorEvent,
-    Event,
+    TurnAborted,
+    TurnComplete,
 )
 from roder_api.transcript import AssistantMessage, UserMessage
-from roder_runtime._cli._common import EXIT_FAILURE, EXIT_OK, open_runtime
+from roder_runtime._cli._common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, open_runtime
 from roder_runtime._runtime import DEFAULT_ENGINE
+from roder_runtime._session import Interrupt, Session, UserInput
 
 HISTORY_SHOWN = 10
 
@@ -31,8 +37,9 @@ def register(subparsers: Any) -> None:
         help="chat on a durable thread",
         description=(
             "Chat with a model on a durable thread. Reads one message per line from stdin; "
-            "every event is persisted before it is shown. With no engine configured the "
-            "scripted engine answers."
+            "replies stream as they arrive and every event is persisted before it is shown. "
+            "Ctrl-C stops the running turn (its text so far is kept); Ctrl-C at the prompt "
+            "ends the chat. With no engine configured the scripted engine answers."
         ),
         epilog=(
             "examples:\n  roder chat\n  roder chat --thread 3f2a... \n"
@@ -52,8 +59,24 @@ def _write(text: str) -> None:
     sys.stdout.flush()
 
 
+def _note(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+def _read_lines(send: MemoryObjectSendStream[str], token: EventLoopToken) -> None:
+    """Forward stdin lines to the event loop (a daemon thread: a blocked read never holds
+    the program open)."""
+    try:
+        for line in sys.stdin:
+            anyio.from_thread.run(send.send, line, token=token)
+        anyio.from_thread.run(send.aclose, token=token)
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, RuntimeError):
+        return  # the chat ended first
+
+
 async def chat_command(args: argparse.Namespace) -> int:
-    """Run the chat loop until end of input."""
+    """Run the chat loop until end of input (or Ctrl-C at the prompt)."""
     async with open_runtime(args) as runtime:
         engine_id = args.engine or runtime.config.default_engine
         if engine_id is None:
@@ -82,42 +105,108 @@ async def chat_command(args: argparse.Namespace) -> int:
                 for item in items[-HISTORY_SHOWN:]:
                     who = "you" if isinstance(item, UserMessage) else "assistant"
                     _write(f"  {who}> {item.text}\n")
-        interactive = sys.stdin.isatty()
-        failed = False
+        async with await runtime.start_session(
+            thread_id, engine=engine.id, model=args.model
+        ) as session:
+            return await _Chat(session, interactive=sys.stdin.isatty()).run()
+
+
+class _Chat:
+    """One chat on a session: a reader of stdin, a printer of events, Ctrl-C handling."""
+
+    def __init__(self, session: Session, *, interactive: bool) -> None:
+        self.session = session
+        self.interactive = interactive
+        self.turn_id: str | None = None
+        self.turn_done = anyio.Event()
+        self.failed = False
+        self.exit_code: int | None = None
+        self.shown_reasoning = False
+
+    async def run(self) -> int:
+        send, receive = anyio.create_memory_object_stream[str](1)
+        reader = threading.Thread(
+            target=_read_lines,
+            args=(send, anyio.lowlevel.current_token()),
+            name="roder-chat-stdin",
+            daemon=True,
+        )
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._print_events, tasks.cancel_scope)
+            tasks.start_soon(self._watch_sigint, tasks.cancel_scope)
+            reader.start()
+            async with receive:
+                await self._converse(receive)
+            tasks.cancel_scope.cancel()
+        if self.exit_code is not None:
+            return self.exit_code
+        return EXIT_FAILURE if self.failed else EXIT_OK
+
+    async def _converse(self, lines: MemoryObjectReceiveStream[str]) -> None:
         while True:
-            if interactive:
+            if self.interactive:
                 _write("you> ")
-            line = await anyio.to_thread.run_sync(sys.stdin.readline)
-            if not line:
-                break
+            try:
+                line = await lines.receive()
+            except anyio.EndOfStream:
+                return
             text = line.rstrip("\n")
             if not text.strip():
                 continue
-            shown_reasoning = False
-
-            async def show(events: Sequence[Event]) -> None:
-                nonlocal shown_reasoning
-                for event in events:
-                    if isinstance(event, AssistantContentDelta):
-                        if event.phase is ContentPhase.REASONING:
-                            shown_reasoning = True
-                            sys.stderr.write(event.delta)
-                            sys.stderr.flush()
-                        else:
-                            if shown_reasoning:
-                                sys.stderr.write("\n")
-                                shown_reasoning = False
-                            _write(event.delta)
-                    elif isinstance(event, ErrorEvent):
-                        print(f"\nroder: {event.message}", file=sys.stderr)
-
+            self.turn_done = anyio.Event()
             try:
-                reply = await runtime.run_turn(
-                    thread_id, text, emit=show, engine=engine.id, model=args.model
-                )
-            except ThreadNotFoundError:
-                raise
+                self.turn_id = self.session.submit(UserInput(text))
+            except InputTooLargeError as exc:
+                _note(f"roder: {exc}\n")
+                self.failed = True
+                continue
+            await self.turn_done.wait()
+            self.turn_id = None
             _write("\n")
-            if reply is None:
-                failed = True
-        return EXIT_FAILURE if failed else EXIT_OK
+
+    async def _watch_sigint(self, scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT) as signals:
+            async for _ in signals:
+                turn_id = self.turn_id
+                if turn_id is not None and not self.turn_done.is_set():
+                    # Ctrl-C stops the turn, not the program.
+                    self.session.submit(Interrupt(turn_id))
+                    continue
+                # Ctrl-C at the prompt ends the chat.
+                _note("\nroder: interrupted\n")
+                self.exit_code = EXIT_INTERRUPTED
+                scope.cancel()
+                return
+
+    async def _print_events(self, scope: anyio.CancelScope) -> None:
+        while True:
+            try:
+                event = (await self.session.next_event()).event
+            except RoderError as exc:
+                # The store failed: what was shown is journaled, nothing more can be.
+                _note(f"\nroder: error: {exc}\n")
+                self.exit_code = EXIT_FAILURE
+                scope.cancel()
+                return
+            if isinstance(event, AssistantContentDelta):
+                if event.phase is ContentPhase.REASONING:
+                    self.shown_reasoning = True
+                    _note(event.delta)
+                else:
+                    if self.shown_reasoning:
+                        _note("\n")
+                        self.shown_reasoning = False
+                    _write(event.delta)
+            elif isinstance(event, ErrorEvent):
+                _note(f"\nroder: {event.message}\n")
+            elif isinstance(event, (TurnComplete, TurnAborted)):
+                if event.turn_id != self.turn_id:
+                    if isinstance(event, TurnAborted) and event.reason == "process_exited":
+                        _note("roder: the last turn was cut off when its process exited\n")
+                    continue
+                if isinstance(event, TurnAborted):
+                    if event.reason == "interrupted":
+                        _note("\nroder: turn interrupted")
+                    else:
+                        self.failed = True
+                self.turn_done.set()
