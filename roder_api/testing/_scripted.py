@@ -91,7 +91,8 @@ class ScriptedEngine(InferenceEngine):
     answers by default: it streams ``You said: ...`` word by word with usage, and (with
     ``native_compaction``) compacts into a ``compaction`` item that keeps the user messages.
     Every request is recorded in ``requests`` / ``compaction_requests``; ``open_streams``
-    counts generators not yet closed.
+    counts generators not yet closed, ``closed_streams`` those closed. ``delta_delay``
+    (seconds) paces the default reply's words, to watch it stream.
     """
 
     capabilities = InferenceCapabilities(streaming=True, tool_calls=True, reasoning=True)
@@ -107,6 +108,7 @@ class ScriptedEngine(InferenceEngine):
         repeat_last: bool = False,
         context_window: int = 128_000,
         models: Sequence[str] = ("scripted-1",),
+        delta_delay: float = 0.0,
     ) -> None:
         self.id = id
         self.requires_native_compaction = requires_native_compaction
@@ -116,6 +118,7 @@ class ScriptedEngine(InferenceEngine):
         self._repeat_last = repeat_last
         self._context_window = context_window
         self._models = tuple(models)
+        self._delta_delay = delta_delay
         self.requests: list[tuple[InferenceTurnContext, AgentInferenceRequest]] = []
         self.compaction_requests: list[tuple[InferenceTurnContext, AgentInferenceRequest]] = []
         self.open_streams = 0
@@ -155,7 +158,7 @@ class ScriptedEngine(InferenceEngine):
         self.requests.append((ctx, request))
         script = self._script(self._turns, ctx, request, index)
         if script is None:
-            script = default_reply(request)
+            script = default_reply(request, delta_delay=self._delta_delay)
         # Close the inner generator as soon as ours is closed (an interrupt, a preemption).
         async with aclosing(self._play(script)) as events:
             async for event in events:
@@ -201,13 +204,18 @@ def _last_user_text(transcript: Sequence[TranscriptItem]) -> str:
     return ""
 
 
-def default_reply(request: AgentInferenceRequest) -> list[ScriptStep]:
-    """Return the default script: ``You said: <text>`` in word deltas, usage, completed."""
+def default_reply(request: AgentInferenceRequest, *, delta_delay: float = 0.0) -> list[ScriptStep]:
+    """Return the default script: ``You said: <text>`` in word deltas, usage, completed.
+
+    ``delta_delay`` seconds pass before each word after the first.
+    """
     reply = f"You said: {_last_user_text(request.transcript)}"
     words = reply.split(" ")
-    steps: list[ScriptStep] = [
-        MessageDelta(word if i == 0 else " " + word) for i, word in enumerate(words)
-    ]
+    steps: list[ScriptStep] = []
+    for i, word in enumerate(words):
+        if i and delta_delay > 0:
+            steps.append(Delay(delta_delay))
+        steps.append(MessageDelta(word if i == 0 else " " + word))
     prompt = sum(estimate_tokens(item_text(i)) for i in request.transcript) or 1
     completion = estimate_tokens(reply)
     steps.append(Usage(TokenUsage(prompt, completion, prompt + completion)))

@@ -15,6 +15,15 @@ def register_inference_engines(
     register: Callable[[InferenceEngine], None],
     settings: Mapping[str, Mapping[str, Any]],
 ) -> None:
-    """Register the ``scripted`` engine; ``[engines.scripted] context_window`` is honoured."""
+    """Register the ``scripted`` engine.
+
+    ``[engines.scripted]`` settings: ``context_window`` (tokens) and ``delta_delay_ms``
+    (a pause before each word of the default reply, to watch it stream).
+    """
     table = settings.get("scripted", {})
-    register(ScriptedEngine(context_window=int(table.get("context_window", 128_000))))
+    register(
+        ScriptedEngine(
+            context_window=int(table.get("context_window", 128_000)),
+            delta_delay=float(table.get("delta_delay_ms", 0)) / 1000,
+        )
+    )
