@@ -1,0 +1,106 @@
+"""A process killed with SIGKILL mid-turn: the journal survives whole, the next session
+closes the turn it left running and carries on."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import textwrap
+from pathlib import Path
+
+import anyio
+import pytest
+
+from roder_api.events import (
+    AssistantContentDelta,
+    ItemCompleted,
+    TurnAborted,
+    TurnComplete,
+    TurnStarted,
+)
+from roder_api.testing import ScriptedEngine
+from roder_api.transcript import UserMessage
+from roder_runtime import UserInput
+
+from .conftest import REPO, make_runtime
+
+pytestmark = pytest.mark.anyio
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    import anyio
+    from roder_api.events import AssistantContentDelta
+    from roder_api.inference import MessageDelta
+    from roder_api.testing import Hang, ScriptedEngine
+    from roder_runtime import UserInput
+    from tests.conftest import make_runtime
+
+    async def main(base, thread_id):
+        engine = ScriptedEngine(turns=[[MessageDelta("streamed "), MessageDelta("so far"), Hang()]])
+        async with make_runtime(base, engine) as runtime:
+            async with await runtime.start_session(thread_id) as session:
+                turn_id = session.submit(UserInput("will be cut off"))
+                text = ""
+                while text != "streamed so far":
+                    event = (await session.next_event()).event
+                    if isinstance(event, AssistantContentDelta):
+                        text += event.delta
+                print(turn_id, flush=True)
+                await anyio.sleep_forever()
+
+    anyio.run(main, sys.argv[1], sys.argv[2])
+    """
+)
+
+
+async def test_sigkill_mid_turn_then_resume(tmp_path: Path) -> None:
+    base = tmp_path / "threads"
+    async with make_runtime(base) as runtime:
+        thread_id = (await runtime.create_thread()).thread_id
+    async with await anyio.open_process(
+        [sys.executable, "-c", CHILD, str(base), thread_id], cwd=REPO
+    ) as child:
+        assert child.stdout is not None
+        output = b""
+        with anyio.fail_after(60):
+            while not output.endswith(b"\n"):
+                output += await child.stdout.receive()
+        turn_id = output.decode().strip()
+        assert turn_id.startswith("turn_")
+        os.kill(child.pid, signal.SIGKILL)
+        await child.wait()
+    assert child.returncode == -signal.SIGKILL
+
+    engine = ScriptedEngine()
+    async with make_runtime(base, engine) as runtime:
+        before = (await runtime.event_page(thread_id, before=None, limit=1000)).events
+        assert [e.sequence for e in before] == list(range(1, len(before) + 1))
+        assert before[0].event == TurnStarted(turn_id)
+        streamed = "".join(
+            e.event.delta for e in before if isinstance(e.event, AssistantContentDelta)
+        )
+        assert streamed == "streamed so far"
+        assert not any(isinstance(e.event, (TurnComplete, TurnAborted)) for e in before)
+
+        async with await runtime.start_session(thread_id) as session:
+            with anyio.fail_after(20):
+                first = await session.next_event()
+                assert first.event == TurnAborted(turn_id, "process_exited")
+                assert first.sequence == len(before) + 1
+                next_turn = session.submit(UserInput("I am back"))
+                while True:
+                    event = (await session.next_event()).event
+                    if isinstance(event, TurnComplete):
+                        break
+            assert event == TurnComplete(next_turn, "You said: I am back")
+
+        after = (await runtime.event_page(thread_id, before=None, limit=1000)).events
+        assert after[: len(before)] == before
+        assert [e.sequence for e in after] == list(range(1, len(after) + 1))
+        assert ItemCompleted(turn_id, UserMessage("will be cut off")) in [e.event for e in after]
+        assert list(engine.requests[0][1].transcript) == [
+            UserMessage("will be cut off"),
+            UserMessage("I am back"),
+        ]
