@@ -1,0 +1,174 @@
+"""Turn streaming: deltas per second delivered through a session, against raw fsynced appends.
+
+A scripted model streams N small text deltas as fast as it can (handing control to the event
+loop after each, like a provider reading a network stream); a consumer reads the
+session's events until the turn completes. Every event is persisted to the JSONL store at its
+default durability (fsync) before it is delivered. The raw baseline, measured in the same run
+on the same disk, is the cost of N appends of one delta-sized line each made durable with
+``write`` + ``fdatasync``: what persisting every delta on its own would cost. The session
+coalesces deltas and batches appends, so it should beat that baseline by a wide margin.
+
+    python benchmarks/turn_bench.py            # the table
+    python benchmarks/turn_bench.py --json     # machine-readable
+    python benchmarks/turn_bench.py --quick    # a short run (CI smoke)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+
+from roder_api import ExtensionRegistryBuilder
+from roder_api.events import AssistantContentDelta, TurnAborted, TurnComplete
+from roder_api.inference import Completed, MessageDelta, TokenUsage, Usage
+from roder_api.testing import Delay, ScriptedEngine, ScriptStep
+from roder_jsonl_thread_store import JsonlThreadStoreFactory
+from roder_runtime import Runtime, RuntimeConfig, UserInput
+
+TOKEN = "tok "
+_datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+
+
+def raw_fsync_appends(directory: Path, count: int) -> float:
+    """Return the seconds ``count`` durable appends of one delta-sized line take."""
+    line = (
+        orjson.dumps({"seq": 1, "events": [{"type": "assistant_content_delta", "delta": TOKEN}]})
+        + b"\n"
+    )
+    path = directory / "raw.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        start = time.perf_counter()
+        for _ in range(count):
+            os.write(fd, line)
+            _datasync(fd)
+        return time.perf_counter() - start
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+async def session_turn(directory: Path, count: int, durability: str) -> dict[str, Any]:
+    """Stream ``count`` deltas through a session; return the time and what was delivered."""
+    # Delay(0) hands control back to the event loop after every delta, as a provider reading
+    # a network stream does, so the recorder's writer runs while the model streams.
+    script: list[ScriptStep] = []
+    for _ in range(count):
+        script += [MessageDelta(TOKEN), Delay(0)]
+    script += [Usage(TokenUsage(1, count, count + 1)), Completed()]
+    engine = ScriptedEngine(turns=[script])
+    builder = ExtensionRegistryBuilder()
+    builder.inference_engine(engine)
+    builder.thread_store_factory(JsonlThreadStoreFactory(directory, durability=durability))
+    async with Runtime(builder.build(), RuntimeConfig()) as runtime:
+        thread_id = (await runtime.create_thread()).thread_id
+        async with await runtime.start_session(thread_id) as session:
+            delivered = 0
+            text_length = 0
+            start = time.perf_counter()
+            session.submit(UserInput("go"))
+            while True:
+                event = (await session.next_event()).event
+                if isinstance(event, AssistantContentDelta):
+                    delivered += 1
+                    text_length += len(event.delta)
+                elif isinstance(event, (TurnComplete, TurnAborted)):
+                    break
+            elapsed = time.perf_counter() - start
+            appends = session.recorder.batches
+    if text_length != count * len(TOKEN):
+        raise SystemExit(f"lost text: {text_length} of {count * len(TOKEN)} characters")
+    return {"seconds": elapsed, "delivered": delivered, "appends": appends}
+
+
+def run(count: int, repeats: int) -> dict[str, Any]:
+    """Return the measurements: medians over ``repeats`` runs of each case."""
+    cases: dict[str, list[dict[str, Any]]] = {
+        "raw write+fdatasync per delta": [],
+        "session, jsonl fsync (default)": [],
+        "session, jsonl durability=none": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="roder-turn-bench-") as tmp:
+        base = Path(tmp)
+        for repeat in range(repeats):
+            raw_dir = base / f"raw{repeat}"
+            raw_dir.mkdir()
+            seconds = raw_fsync_appends(raw_dir, count)
+            cases["raw write+fdatasync per delta"].append(
+                {"seconds": seconds, "delivered": count, "appends": count}
+            )
+            cases["session, jsonl fsync (default)"].append(
+                anyio.run(session_turn, base / f"fsync{repeat}", count, "fsync")
+            )
+            cases["session, jsonl durability=none"].append(
+                anyio.run(session_turn, base / f"none{repeat}", count, "none")
+            )
+    raw_median = statistics.median(r["seconds"] for r in cases["raw write+fdatasync per delta"])
+    rows = []
+    for name, runs in cases.items():
+        median = statistics.median(r["seconds"] for r in runs)
+        rows.append(
+            {
+                "case": name,
+                "deltas": count,
+                "median_seconds": median,
+                "deltas_per_second": count / median,
+                "delivered_events": int(statistics.median(r["delivered"] for r in runs)),
+                "appends": int(statistics.median(r["appends"] for r in runs)),
+                "speedup_vs_raw": raw_median / median,
+                "runs_seconds": [r["seconds"] for r in runs],
+            }
+        )
+    return {"deltas": count, "repeats": repeats, "delta_text": TOKEN, "rows": rows}
+
+
+def print_table(result: dict[str, Any]) -> None:
+    """Print the measurements as a table."""
+    print(
+        f"turn streaming: {result['deltas']} deltas of {result['delta_text']!r}, "
+        f"median of {result['repeats']} runs"
+    )
+    header = (
+        f"{'case':<33} {'median s':>9} {'deltas/s':>11} {'delivered':>9} "
+        f"{'appends':>8} {'vs raw':>8}"
+    )
+    print(header)
+    print("-" * len(header))
+    for row in result["rows"]:
+        print(
+            f"{row['case']:<33} {row['median_seconds']:>9.3f} "
+            f"{row['deltas_per_second']:>11,.0f} {row['delivered_events']:>9} "
+            f"{row['appends']:>8} {row['speedup_vs_raw']:>7.1f}x"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; return the exit code."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--deltas", type=int, default=2048, help="deltas per turn")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per case")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.deltas, args.repeats = min(args.deltas, 300), 1
+    result = run(args.deltas, args.repeats)
+    if args.json:
+        sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print_table(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
