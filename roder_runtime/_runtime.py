@@ -41,7 +41,7 @@ from roder_api.transcript import TranscriptItem, trim_to_last_compaction_boundar
 from roder_runtime import _compaction
 from roder_runtime._compaction import CompactionResult, PreemptSignal
 from roder_runtime._config import RuntimeConfig, load_config
-from roder_runtime._session import Session
+from roder_runtime._session import Session, SessionStart
 from roder_runtime._turns import Emit, new_id
 
 DEFAULT_ENGINE = "scripted"
@@ -201,16 +201,25 @@ class Runtime:
 
     # --- turns -------------------------------------------------------------------------------
 
-    async def start_session(
+    def start_session(
         self, thread_id: str, *, engine: str | None = None, model: str | None = None
-    ) -> Session:
+    ) -> SessionStart:
         """Return a running session on a thread (``engine``: an engine id, default the default).
+
+        Await it (``session = await runtime.start_session(id)``, then ``aclose()``) or use it
+        as ``async with runtime.start_session(id) as session:``. Open and close a session in
+        the same task: its background tasks live in an anyio task group.
 
         A turn that a dead process left running is closed first with
         ``TurnAborted(turn_id, "process_exited")``. One session per thread at a time in a
         runtime: raise ``BusyError`` while another is open, ``ThreadNotFoundError`` when the
         thread does not exist.
         """
+        return SessionStart(self._start_session(thread_id, engine, model))
+
+    async def _start_session(
+        self, thread_id: str, engine: str | None, model: str | None
+    ) -> Session:
         chosen = self.engine(engine)
         model_id = model or self.default_model(chosen)
         await self.get_thread(thread_id)

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import anyio
 import anyio.abc
@@ -95,6 +95,29 @@ class _RunningTurn:
     steering: list[str] = field(default_factory=list)
     step_text: list[str] = field(default_factory=list)
     finished: bool = False
+
+
+class SessionStart(Awaitable["Session"]):
+    """What ``Runtime.start_session`` returns: await it, or use it as ``async with``.
+
+    ``session = await runtime.start_session(...)`` starts the session (close it with
+    ``aclose()``); ``async with runtime.start_session(...) as session:`` also closes it.
+    """
+
+    def __init__(self, starting: Coroutine[Any, Any, Session]) -> None:
+        self._starting = starting
+        self._session: Session | None = None
+
+    def __await__(self) -> Generator[Any, None, Session]:
+        return self._starting.__await__()
+
+    async def __aenter__(self) -> Session:
+        self._session = await self._starting
+        return self._session
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._session is not None:
+            await self._session.aclose()
 
 
 class Session:

@@ -200,20 +200,21 @@ async def test_a_burst_of_one_character_deltas_is_coalesced(jsonl_store: JsonlTh
 
 async def test_barriers_flush_pending_text_first(jsonl_store: JsonlThreadStore) -> None:
     thread_id = await new_thread(jsonl_store)
+    events: list[Event] = [
+        delta("r1", phase=REASONING),
+        delta("r2", phase=REASONING),
+        delta("r3", phase=REASONING),
+        delta("f1"),  # phase change
+        delta("f2"),
+        delta("f3"),
+        ModelStepStarted("turn", "s2"),  # any other event
+        delta("g1", step="s2"),
+        delta("g2", step="s2"),
+        delta("h1", step="s3"),  # step change
+        delta("h2", step="s3"),
+    ]
     async with running(jsonl_store, thread_id, coalesce_seconds=30) as recorder:
-        for event in [
-            delta("r1", phase=REASONING),
-            delta("r2", phase=REASONING),
-            delta("r3", phase=REASONING),
-            delta("f1"),  # phase change
-            delta("f2"),
-            delta("f3"),
-            ModelStepStarted("turn", "s2"),  # any other event
-            delta("g1", step="s2"),
-            delta("g2", step="s2"),
-            delta("h1", step="s3"),  # step change
-            delta("h2", step="s3"),
-        ]:
+        for event in events:
             recorder.record(event)
         with anyio.fail_after(10):
             await recorder.wait_persisted()  # forces the last pending text out

@@ -120,7 +120,7 @@ async def test_a_turn_streams_persisted_events_in_order(tmp_path: Path) -> None:
             Reasoning("thinking"),
             AssistantMessage("Hello there"),
         ]
-        assert UsageUpdated(turn_id, TokenUsage(10, 3, 13), "turn") in events  # type: ignore[arg-type]
+        assert UsageUpdated(turn_id, TokenUsage(10, 3, 13), "turn") in events
         assert events[-1] == TurnComplete(turn_id, "Hello there")  # type: ignore[arg-type]
         assert [e.sequence for e in seen + seen_second] == list(
             range(1, len(seen) + len(seen_second) + 1)
@@ -380,7 +380,7 @@ async def test_saturating_the_recorder_ends_the_turn_without_losing_accepted_eve
         ]
         assert recorded_calls == [f"c{i}" for i in range(len(recorded_calls))]
         assert len(recorded_calls) == 10 - 3
-        assert events[-2] == ErrorEvent("event recorder queue is full", turn_id)  # type: ignore[arg-type]
+        assert events[-2] == ErrorEvent("event recorder queue is full", turn_id)
         assert events[-1] == TurnAborted(turn_id, "failed")  # type: ignore[arg-type]
         assert await journal(runtime, thread_id) == events
 
@@ -400,7 +400,7 @@ async def test_saturating_the_recorder_by_bytes(tmp_path: Path) -> None:
             e for e in events if isinstance(e, ItemCompleted) and e.item != UserMessage("flood")
         ]
         assert 1 <= len(recorded) < 10
-        assert events[-2] == ErrorEvent("event recorder queue is full", turn_id)  # type: ignore[arg-type]
+        assert events[-2] == ErrorEvent("event recorder queue is full", turn_id)
         assert await journal(runtime, thread_id) == events
 
 
@@ -503,6 +503,12 @@ async def test_start_session_checks_the_thread_and_allows_one_session(tmp_path: 
                 await runtime.start_session(thread_id)
         async with await runtime.start_session(thread_id, engine="scripted", model="m") as s:
             assert s.model == "m" and s.engine.id == "scripted"
+        # Without the await, start_session is an async context manager of its own.
+        async with runtime.start_session(thread_id) as session:
+            session.submit(UserInput("hi"))
+            assert isinstance((await session.next_event()).event, TurnStarted)
+        with pytest.raises(StoppedError):
+            session.submit(UserInput("closed"))
 
 
 async def test_a_turn_left_running_is_closed_on_open_and_the_thread_continues(

@@ -90,6 +90,7 @@ async def test_sigkill_mid_turn_then_resume(tmp_path: Path) -> None:
                 assert first.event == TurnAborted(turn_id, "process_exited")
                 assert first.sequence == len(before) + 1
                 next_turn = session.submit(UserInput("I am back"))
+                assert next_turn is not None
                 while True:
                     event = (await session.next_event()).event
                     if isinstance(event, TurnComplete):
