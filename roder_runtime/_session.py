@@ -40,7 +40,7 @@ from roder_api.events import (
     TurnStarted,
 )
 from roder_api.inference import InferenceEngine
-from roder_api.transcript import AssistantMessage, UserMessage
+from roder_api.transcript import AssistantMessage, TranscriptItem, UserMessage
 from roder_runtime._recorder import QUEUE_FULL, EventRecorder
 from roder_runtime._turns import new_id, run_turn
 
@@ -94,6 +94,8 @@ class _RunningTurn:
     abort_reason: str | None = None
     steering: list[str] = field(default_factory=list)
     step_text: list[str] = field(default_factory=list)
+    started: bool = False
+    input_recorded: bool = False
     finished: bool = False
 
 
@@ -205,6 +207,11 @@ class Session:
             await self.recorder.run()
         finally:
             self._recorder_done.set()
+            turn = self._turn
+            if self.recorder.failure is not None and turn is not None:
+                # Nothing more can be journaled: stop the turn and close its stream now.
+                turn.abort_reason = turn.abort_reason or "failed"
+                turn.scope.cancel()
 
     async def aclose(self) -> None:
         """Close the session: abort a running turn (``closed``) and persist what is left.
@@ -422,27 +429,42 @@ class Session:
 
     async def _turn_body(self, turn: _RunningTurn, queued: _Queued) -> None:
         turn_id = turn.turn_id
+        user_message = UserMessage(queued.text)
         history = await self.runtime.replay_history(self.thread_id)
         if turn.abort_reason is not None:
             await self._record_unstarted(queued, turn.abort_reason)
             return
-        await self._record_surely(TurnStarted(turn_id))
-        await self._record_surely(ItemCompleted(turn_id, UserMessage(queued.text)))
+
+        def track(event: Event) -> None:
+            if isinstance(event, TurnStarted):
+                turn.started = True
+            elif isinstance(event, ModelStepStarted):
+                turn.step_text.clear()
+            elif isinstance(event, AssistantContentDelta):
+                if event.phase is ContentPhase.FINAL_ANSWER:
+                    turn.step_text.append(event.delta)
+            elif isinstance(event, ItemCompleted):
+                if isinstance(event.item, AssistantMessage):
+                    turn.step_text.clear()
+                elif event.item == user_message:
+                    turn.input_recorded = True
+            elif isinstance(event, (TurnComplete, TurnAborted)):
+                turn.finished = True
 
         async def emit(events: Sequence[Event]) -> None:
             for event in events:
                 if turn.abort_reason is not None:
                     return  # aborted: nothing the stream produces afterwards is recorded
-                if isinstance(event, ModelStepStarted):
-                    turn.step_text.clear()
-                elif isinstance(event, AssistantContentDelta):
-                    if event.phase is ContentPhase.FINAL_ANSWER:
-                        turn.step_text.append(event.delta)
-                elif isinstance(event, ItemCompleted) and isinstance(event.item, AssistantMessage):
-                    turn.step_text.clear()
-                elif isinstance(event, (TurnComplete, TurnAborted)):
-                    turn.finished = True
+                track(event)
                 self.recorder.record(event)
+
+        async def record_persisted(events: Sequence[Event]) -> None:
+            for event in events:
+                if turn.abort_reason is not None:
+                    return
+                await self._record_surely(event)
+                track(event)
+            await self.recorder.wait_persisted()
 
         def next_input() -> list[str]:
             taken, turn.steering = turn.steering, []
@@ -451,16 +473,18 @@ class Session:
         error: ErrorEvent | None = None
         with turn.scope:
             try:
-                await run_turn(
-                    self.engine,
-                    self.runtime.config,
-                    thread_id=self.thread_id,
-                    turn_id=turn_id,
-                    model=self.model,
-                    transcript=[*history, UserMessage(queued.text)],
-                    emit=emit,
-                    next_input=next_input,
-                )
+                transcript = await self._begin_turn(turn, history, user_message, record_persisted)
+                if transcript is not None:
+                    await run_turn(
+                        self.engine,
+                        self.runtime.config,
+                        thread_id=self.thread_id,
+                        turn_id=turn_id,
+                        model=self.model,
+                        transcript=transcript,
+                        emit=emit,
+                        next_input=next_input,
+                    )
             except RecorderError as exc:
                 if str(exc) != QUEUE_FULL:
                     raise
@@ -475,7 +499,12 @@ class Session:
         if turn.abort_reason is None:
             return
         turn.finished = True
+        if not turn.started:
+            await self._record_unstarted(queued, turn.abort_reason)
+            return
         events: list[Event] = []
+        if not turn.input_recorded:
+            events.append(ItemCompleted(turn_id, user_message))
         text = "".join(turn.step_text)
         if text:
             events.append(ItemCompleted(turn_id, AssistantMessage(text, interrupted=True)))
@@ -484,3 +513,20 @@ class Session:
         events.append(TurnAborted(turn_id, turn.abort_reason))
         for event in events:
             await self._record_surely(event)
+
+    async def _begin_turn(
+        self,
+        turn: _RunningTurn,
+        history: Sequence[TranscriptItem],
+        user_message: UserMessage,
+        record: Callable[[Sequence[Event]], Awaitable[None]],
+    ) -> list[TranscriptItem] | None:
+        """Journal the turn's start and input; return the first model call's transcript.
+
+        This is the seam for compaction before a turn: run it inside
+        ``with self.compaction_preempt() as preempt:`` and hand it ``preempt`` and
+        ``record`` (which persists before it returns), so that a ``Steer`` discards a
+        running compaction. Return None when the turn already ended here.
+        """
+        await record([TurnStarted(turn.turn_id), ItemCompleted(turn.turn_id, user_message)])
+        return [*history, user_message]

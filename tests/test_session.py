@@ -427,9 +427,7 @@ class FailingFactory(JsonlThreadStoreFactory):
 
 
 async def test_a_store_failing_mid_turn_stops_delivery_and_flush_raises(tmp_path: Path) -> None:
-    engine = ScriptedEngine(
-        turns=[[MessageDelta("a"), Delay(0.1), MessageDelta("b"), Delay(0.1), Completed()]]
-    )
+    engine = ScriptedEngine(turns=[[MessageDelta("a"), Delay(0.1), MessageDelta("b"), Hang()]])
     builder = ExtensionRegistryBuilder()
     builder.inference_engine(engine)
     builder.thread_store_factory(FailingFactory(tmp_path / "threads"))
@@ -447,7 +445,7 @@ async def test_a_store_failing_mid_turn_stops_delivery_and_flush_raises(tmp_path
             assert "the disk went away" in str(flush_error.value)
             with pytest.raises(StoppedError):
                 session.submit(UserInput("more"))
-            assert engine.open_streams == 0
+        assert engine.open_streams == 0  # the turn stopped; closing waited for it
         persisted = await runtime.store()
         assert isinstance(persisted, FailingStore)
         on_disk = await JsonlThreadStore(tmp_path / "threads").read_events(thread_id)
