@@ -167,10 +167,14 @@ class EventRecorder:
         return self._n.count
 
     def has_room(self, count: int = 1, size: int = 0) -> bool:
-        """Return True when ``count`` more events of ``size`` bytes in all would be accepted."""
-        return (
-            self._n.count + count <= self.event_capacity and self._n.size + size <= self.byte_budget
-        )
+        """Return True when ``count`` more events of ``size`` bytes in all would be accepted.
+
+        An event larger than the whole byte budget is accepted only into an empty recorder
+        (memory stays bounded by the budget or that one event), so it can never be stuck.
+        """
+        if self._n.count + count > self.event_capacity:
+            return False
+        return self._n.size + size <= self.byte_budget or self._n.count == 0
 
     def record(self, event: Event) -> None:
         """Accept ``event`` for persisting and delivery, or refuse it.

@@ -154,6 +154,7 @@ class Session:
         self._closing = False
         self._closed = False
         self._error: BaseException | None = None
+        self._worker_started = False
         self._worker_done = anyio.Event()
         self._recorder_done = anyio.Event()
 
@@ -252,8 +253,6 @@ class Session:
         self.recorder.close()
         await self._recorder_done.wait()
 
-    _worker_started = False
-
     async def __aenter__(self) -> Session:
         return self
 
@@ -278,10 +277,7 @@ class Session:
         takes no place in the queue; an ``Interrupt`` of a turn that is not running or
         queued does nothing.
         """
-        if self._closing:
-            raise StoppedError("the session is closed; start a new one")
-        if self._error is not None or self.recorder.failure is not None:
-            raise StoppedError(f"the session stopped: {self._error or self.recorder.failure}")
+        self._check_usable()
         if isinstance(op, Interrupt):
             self._interrupt(op.turn_id)
             return None
@@ -301,11 +297,20 @@ class Session:
 
     def _submit_turn(self, text: str, turn_id: str) -> str:
         """Submit ``text`` as a turn with a chosen id (``Runtime.run_turn`` keeps its ids)."""
-        self.submit(Interrupt(""))  # the same closed/stopped checks as any submission
+        self._check_usable()
         size = len(text.encode("utf-8"))
         if size > self._max_input_bytes:
             raise InputTooLargeError(size, self._max_input_bytes)
         return self._enqueue(text, turn_id)
+
+    def _check_usable(self) -> None:
+        if self._closing:
+            raise StoppedError("the session is closed; start a new one")
+        failure = self._error or self.recorder.failure
+        if failure is not None:
+            error = StoppedError(f"the session stopped: {failure}; start a new one")
+            error.__cause__ = failure
+            raise error
 
     def _enqueue(self, text: str, turn_id: str) -> str:
         if len(self._queue) >= self._capacity:
@@ -455,8 +460,14 @@ class Session:
             for event in events:
                 if turn.abort_reason is not None:
                     return  # aborted: nothing the stream produces afterwards is recorded
+                if isinstance(event, AssistantContentDelta):
+                    # Streamed text is admitted or refused at once: a full recorder (the
+                    # consumer fell behind) stops the turn.
+                    self.recorder.record(event)
+                else:
+                    # Items, usage and turn boundaries are never dropped: wait for room.
+                    await self._record_surely(event)
                 track(event)
-                self.recorder.record(event)
 
         async def record_persisted(events: Sequence[Event]) -> None:
             for event in events:

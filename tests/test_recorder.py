@@ -138,7 +138,7 @@ async def test_full_by_bytes_refuses_and_keeps_everything_accepted(
         recorder.record(delta("b" * 200))
         with pytest.raises(RecorderError, match="^event recorder queue is full$"):
             recorder.record(delta("c" * 300))
-        # An event larger than the whole budget can never fit.
+        # An event larger than the whole budget is refused while anything else is held.
         with pytest.raises(RecorderError, match="^event recorder queue is full$"):
             recorder.record(WarningEvent("y" * 4000))
         with anyio.fail_after(10):
@@ -152,10 +152,17 @@ async def test_full_by_bytes_refuses_and_keeps_everything_accepted(
                 tasks.start_soon(flush)
                 entries = await drain(recorder, 5)
         assert flushed.is_set()
+        # ... and accepted alone, so that it cannot be stuck for ever.
+        recorder.record(WarningEvent("y" * 4000))
+        with pytest.raises(RecorderError, match="^event recorder queue is full$"):
+            recorder.record(WarningEvent("z"))
+        assert (await drain(recorder, 1))[0].event == WarningEvent("y" * 4000)
+    entries.append((await jsonl_store.read_events(thread_id))[-1])
     assert [e.event for e in entries] == [
         *(WarningEvent(f"{i}{big}") for i in range(3)),
         delta("a"),
         delta("b" * 200),
+        WarningEvent("y" * 4000),
     ]
     assert [e.event for e in await jsonl_store.read_events(thread_id)] == [e.event for e in entries]
 

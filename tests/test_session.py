@@ -357,8 +357,8 @@ async def test_flush_waits_for_a_slow_consumer(tmp_path: Path) -> None:
 async def test_saturating_the_recorder_ends_the_turn_without_losing_accepted_events(
     tmp_path: Path,
 ) -> None:
-    calls = [ToolCallCompleted(f"c{i}", "tool", "{}") for i in range(40)]
-    engine = ScriptedEngine(turns=[[*calls, Completed()]])
+    chunk = "x" * 16384  # each passes whole, one delivered delta apiece
+    engine = ScriptedEngine(turns=[[*(MessageDelta(chunk) for _ in range(40)), Completed()]])
     config = RuntimeConfig(recorder_event_capacity=10)
     async with make_runtime(tmp_path, engine, config=config) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
@@ -366,29 +366,24 @@ async def test_saturating_the_recorder_ends_the_turn_without_losing_accepted_eve
             turn_id = session.submit(UserInput("flood"))
             await anyio.sleep(0.3)  # the consumer is away; the recorder fills up
             seen = await events_until(session)
-            assert engine.open_streams == 0
+            assert engine.open_streams == 0 and engine.closed_streams == 1
         events = [e.event for e in seen]
-        assert events[:3] == [
-            TurnStarted(turn_id),  # type: ignore[arg-type]
-            ItemCompleted(turn_id, UserMessage("flood")),  # type: ignore[arg-type]
-            events[2],
+        assert events[:2] == [TurnStarted(turn_id), ItemCompleted(turn_id, UserMessage("flood"))]  # type: ignore[arg-type]
+        accepted = text_of(seen)
+        # The turn's first three events and seven deltas filled the ten places.
+        assert accepted == chunk * 7
+        assert events[-3:] == [
+            ItemCompleted(turn_id, AssistantMessage(accepted, interrupted=True)),  # type: ignore[arg-type]
+            ErrorEvent("event recorder queue is full", turn_id),
+            TurnAborted(turn_id, "failed"),  # type: ignore[arg-type]
         ]
-        recorded_calls = [
-            e.item.id
-            for e in events
-            if isinstance(e, ItemCompleted) and isinstance(e.item, ToolCallRecord)
-        ]
-        assert recorded_calls == [f"c{i}" for i in range(len(recorded_calls))]
-        assert len(recorded_calls) == 10 - 3
-        assert events[-2] == ErrorEvent("event recorder queue is full", turn_id)
-        assert events[-1] == TurnAborted(turn_id, "failed")  # type: ignore[arg-type]
         assert await journal(runtime, thread_id) == events
 
 
 async def test_saturating_the_recorder_by_bytes(tmp_path: Path) -> None:
-    calls = [ToolCallCompleted(f"c{i}", "tool", "x" * 2000) for i in range(10)]
-    engine = ScriptedEngine(turns=[[*calls, Completed()]])
-    config = RuntimeConfig(recorder_byte_budget=9000)
+    chunk = "y" * 16000
+    engine = ScriptedEngine(turns=[[*(MessageDelta(chunk) for _ in range(10)), Completed()]])
+    config = RuntimeConfig(recorder_byte_budget=60_000)
     async with make_runtime(tmp_path, engine, config=config) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         async with await runtime.start_session(thread_id) as session:
@@ -396,12 +391,34 @@ async def test_saturating_the_recorder_by_bytes(tmp_path: Path) -> None:
             await anyio.sleep(0.3)
             seen = await events_until(session)
         events = [e.event for e in seen]
-        recorded = [
-            e for e in events if isinstance(e, ItemCompleted) and e.item != UserMessage("flood")
-        ]
-        assert 1 <= len(recorded) < 10
+        assert text_of(seen) == chunk * 3
         assert events[-2] == ErrorEvent("event recorder queue is full", turn_id)
         assert await journal(runtime, thread_id) == events
+
+
+async def test_items_and_usage_wait_for_a_slow_consumer_instead_of_being_refused(
+    tmp_path: Path,
+) -> None:
+    calls = [ToolCallCompleted(f"c{i}", "tool", "{}") for i in range(40)]
+    usage = [Usage(TokenUsage(1, 1, 2)) for _ in range(40)]
+    engine = ScriptedEngine(turns=[[*calls, *usage, Completed()]])
+    config = RuntimeConfig(recorder_event_capacity=8)
+    async with make_runtime(tmp_path, engine, config=config) as runtime:
+        thread_id = (await runtime.create_thread()).thread_id
+        async with await runtime.start_session(thread_id) as session:
+            turn_id = session.submit(UserInput("many tools"))
+            await anyio.sleep(0.3)  # the turn waits for the consumer: nothing is refused
+            assert len(await journal(runtime, thread_id)) <= 8
+            seen = await events_until(session)
+        events = [e.event for e in seen]
+        recorded_calls = [
+            e.item.id
+            for e in events
+            if isinstance(e, ItemCompleted) and isinstance(e.item, ToolCallRecord)
+        ]
+        assert recorded_calls == [f"c{i}" for i in range(40)]
+        assert events[-1] == TurnComplete(turn_id, None)  # type: ignore[arg-type]
+        assert (await runtime.get_thread(thread_id)).usage.total_tokens == 80
 
 
 class FailingStore(JsonlThreadStore):
