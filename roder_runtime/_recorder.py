@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import anyio
 
@@ -102,7 +102,6 @@ class _Counters:
     queued: int = 0  # events given a place in the persist queue so far
     persisted: int = 0  # of those, persisted (or discarded after a failure)
     delivered: int = 0  # of those, taken by the consumer
-    sizes: deque[int] = field(default_factory=deque)
 
 
 class EventRecorder:
@@ -330,18 +329,6 @@ class EventRecorder:
             if self._finished or (self._closing and self._discard_undelivered):
                 raise StoppedError("the session is closed and every event was delivered")
             await self._progress.wait()
-
-    def next_event_nowait(self) -> JournalEvent | None:
-        """Return the next persisted event, or None when none is ready."""
-        if self._failure is not None:
-            raise self._stopped_error()
-        if not self._to_deliver:
-            return None
-        entry, size = self._to_deliver.popleft()
-        self._release(size)
-        self._n.delivered += 1
-        self._progress.notify()
-        return entry
 
     async def flush(self) -> None:
         """Wait until every event recorded so far is persisted and delivered.
