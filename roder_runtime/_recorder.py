@@ -175,25 +175,27 @@ class EventRecorder:
             return False
         return self._n.size + size <= self.byte_budget or self._n.count == 0
 
-    def record(self, event: Event) -> None:
+    def record(self, event: Event, *, room_checked: bool = False) -> None:
         """Accept ``event`` for persisting and delivery, or refuse it.
 
         Raised ``RecorderError("event recorder queue is full")`` when the queue is full by
         count or by bytes (nothing of ``event`` is kept); ``RecorderError`` (with the
         store's error as ``__cause__``) after a failure; ``StoppedError`` once closed.
+        ``room_checked``: the caller made sure of room with :meth:`has_room` for a group of
+        events it records together, so none of them is refused.
         """
         self._check_open()
         if isinstance(event, AssistantContentDelta):
-            self._record_delta(event)
+            self._record_delta(event, room_checked)
             return
         size = event_size(event)
-        if not self.has_room(1, size):
+        if not room_checked and not self.has_room(1, size):
             raise RecorderError(QUEUE_FULL)
         self._flush_pending()
         self._last_stream = None
         self._enqueue(event, size)
 
-    def _record_delta(self, event: AssistantContentDelta) -> None:
+    def _record_delta(self, event: AssistantContentDelta, room_checked: bool) -> None:
         key: StreamKey = (event.turn_id, event.model_step_id, event.phase)
         text_bytes = len(event.delta.encode("utf-8"))
         size = text_bytes + len(event.turn_id) + len(event.model_step_id) + _DELTA_OVERHEAD
@@ -204,14 +206,14 @@ class EventRecorder:
             and pending.text_bytes + text_bytes <= self.coalesce_bytes
         ):
             # Merged text costs only its own bytes: the envelope is already counted.
-            if not self.has_room(0, text_bytes):
+            if not room_checked and not self.has_room(0, text_bytes):
                 raise RecorderError(QUEUE_FULL)
             pending.parts.append(event.delta)
             pending.text_bytes += text_bytes
             pending.size += text_bytes
             self._n.size += text_bytes
             return
-        if not self.has_room(1, size):
+        if not room_checked and not self.has_room(1, size):
             raise RecorderError(QUEUE_FULL)
         self._flush_pending()
         if key != self._last_stream or text_bytes > self.coalesce_bytes:

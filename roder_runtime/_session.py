@@ -41,7 +41,7 @@ from roder_api.events import (
 )
 from roder_api.inference import InferenceEngine
 from roder_api.transcript import AssistantMessage, TranscriptItem, UserMessage
-from roder_runtime._recorder import QUEUE_FULL, EventRecorder
+from roder_runtime._recorder import QUEUE_FULL, EventRecorder, event_size
 from roder_runtime._turns import new_id, run_turn
 
 if TYPE_CHECKING:
@@ -398,29 +398,27 @@ class Session:
                 await self._run_turn(queued)
 
     async def _record_unstarted(self, queued: _Queued, reason: str) -> None:
-        for event in (
+        await self._record_surely(
             TurnStarted(queued.turn_id),
             ItemCompleted(queued.turn_id, UserMessage(queued.text)),
             TurnAborted(queued.turn_id, reason),
-        ):
-            await self._record_surely(event)
+        )
 
-    async def _record_surely(self, event: Event) -> None:
-        """Record an event the session must not lose, waiting for room when the queue is full.
+    async def _record_surely(self, *events: Event) -> None:
+        """Record events the session must not lose, waiting for room when the queue is full.
 
-        Room comes from the consumer (or, once closing, from persisting alone).
+        The events are recorded together (one batch, so one atomic append when nothing else
+        is queued) once there is room for all of them. Room comes from the consumer (or,
+        once closing, from persisting alone).
         """
-        while True:
-            try:
-                self.recorder.record(event)
-                return
-            except RecorderError as exc:
-                if str(exc) != QUEUE_FULL or self.recorder.held == 0:
-                    raise
+        size = sum(event_size(event) for event in events)
+        while not self.recorder.has_room(len(events), size) and self.recorder.held:
             if self._closing:
                 await self.recorder.wait_persisted()
             else:
                 await self.recorder.flush()
+        for event in events:
+            self.recorder.record(event, room_checked=True)
 
     async def _run_turn(self, queued: _Queued) -> None:
         turn_id = queued.turn_id
@@ -470,10 +468,10 @@ class Session:
                 track(event)
 
         async def record_persisted(events: Sequence[Event]) -> None:
+            if turn.abort_reason is not None:
+                return
+            await self._record_surely(*events)
             for event in events:
-                if turn.abort_reason is not None:
-                    return
-                await self._record_surely(event)
                 track(event)
             await self.recorder.wait_persisted()
 
@@ -522,8 +520,7 @@ class Session:
         if error is not None:
             events.append(error)
         events.append(TurnAborted(turn_id, turn.abort_reason))
-        for event in events:
-            await self._record_surely(event)
+        await self._record_surely(*events)
 
     async def _begin_turn(
         self,

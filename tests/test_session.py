@@ -40,7 +40,7 @@ from roder_api.inference import (
     ToolCallCompleted,
     Usage,
 )
-from roder_api.testing import Delay, Hang, Raise, ScriptedEngine
+from roder_api.testing import Delay, Hang, Raise, ScriptedEngine, ScriptStep
 from roder_api.transcript import AssistantMessage, Reasoning, ToolCallRecord, UserMessage
 from roder_jsonl_thread_store import JsonlThreadStore, JsonlThreadStoreFactory
 from roder_runtime import Interrupt, Runtime, RuntimeConfig, Session, Steer, UserInput
@@ -558,3 +558,18 @@ async def test_a_turn_left_running_is_closed_on_open_and_the_thread_continues(
             UserMessage("cut off"),
             UserMessage("still there?"),
         ]
+
+
+async def test_a_reply_larger_than_the_byte_budget_still_completes(tmp_path: Path) -> None:
+    chunk = "z" * 15_000
+    script: list[ScriptStep] = [MessageDelta(chunk), Delay(0.05)] * 4
+    engine = ScriptedEngine(turns=[[*script, Completed()]])
+    config = RuntimeConfig(recorder_byte_budget=40_000)
+    async with make_runtime(tmp_path, engine, config=config) as runtime:
+        thread_id = (await runtime.create_thread()).thread_id
+        async with await runtime.start_session(thread_id) as session:
+            turn_id = session.submit(UserInput("long answer please"))
+            seen = await events_until(session)
+        assert text_of(seen) == chunk * 4
+        assert ItemCompleted(turn_id, AssistantMessage(chunk * 4)) in [e.event for e in seen]  # type: ignore[arg-type]
+        assert seen[-1].event == TurnComplete(turn_id, chunk * 4)  # type: ignore[arg-type]
