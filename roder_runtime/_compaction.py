@@ -773,12 +773,15 @@ async def begin_turn(
     history: Sequence[TranscriptItem],
     user_input: UserMessage,
     record: Record,
+    *,
+    preempt: PreemptSignal | None = None,
 ) -> list[TranscriptItem] | None:
     """Journal a turn's start and its user input, auto-compacting in between when due.
 
     Return the transcript of the turn's first model call, or None when the turn failed
     because its history does not fit and could not be compacted (``ErrorEvent`` and
     ``TurnAborted`` are journaled, after the user's input so that nothing is lost).
+    ``preempt`` (set when the user steers) discards a running compaction.
     """
     if not await auto_compaction_due(runtime, engine, model, history, [user_input]):
         await record([TurnStarted(turn_id), ItemCompleted(turn_id, user_input)])
@@ -793,6 +796,7 @@ async def begin_turn(
             model,
             history,
             pending=[user_input],
+            preempt=preempt,
             record=record,
         )
     except CompactionError as exc:

@@ -41,6 +41,7 @@ from roder_api.events import (
 )
 from roder_api.inference import InferenceEngine
 from roder_api.transcript import AssistantMessage, TranscriptItem, UserMessage
+from roder_runtime import _compaction
 from roder_runtime._recorder import QUEUE_FULL, EventRecorder, event_size
 from roder_runtime._turns import new_id, run_turn
 
@@ -468,8 +469,8 @@ class Session:
                 track(event)
 
         async def record_persisted(events: Sequence[Event]) -> None:
-            if turn.abort_reason is not None:
-                return
+            # Compaction's events are journaled even while the turn is being aborted: its
+            # discarded attempts are billed, and they all precede the turn's TurnAborted.
             await self._record_surely(*events)
             for event in events:
                 track(event)
@@ -529,12 +530,21 @@ class Session:
         user_message: UserMessage,
         record: Callable[[Sequence[Event]], Awaitable[None]],
     ) -> list[TranscriptItem] | None:
-        """Journal the turn's start and input; return the first model call's transcript.
+        """Journal the turn's start and input, compacting first when the history is too big.
 
-        This is the seam for compaction before a turn: run it inside
-        ``with self.compaction_preempt() as preempt:`` and hand it ``preempt`` and
-        ``record`` (which persists before it returns), so that a ``Steer`` discards a
-        running compaction. Return None when the turn already ended here.
+        Return the first model call's transcript, or None when the turn already ended here
+        (the history does not fit and could not be compacted). A ``Steer`` meanwhile sets
+        the compaction's preempt event: the candidate boundary is discarded at once.
         """
-        await record([TurnStarted(turn.turn_id), ItemCompleted(turn.turn_id, user_message)])
-        return [*history, user_message]
+        with self.compaction_preempt() as preempt:
+            return await _compaction.begin_turn(
+                self.runtime,
+                self.thread_id,
+                turn.turn_id,
+                self.engine,
+                self.model,
+                history,
+                user_message,
+                record,
+                preempt=preempt,
+            )
