@@ -156,7 +156,7 @@ class EventRecorder:
             raise StoppedError("the event recorder is closed")
 
     def _stopped_error(self) -> RecorderError:
-        error = RecorderError(f"event recorder stopped: could not persist events: {self._failure}")
+        error = RecorderError(f"event recorder stopped: {self._failure}")
         error.__cause__ = self._failure
         return error
 
@@ -248,7 +248,7 @@ class EventRecorder:
     async def run(self) -> None:
         """Persist accepted events in batches until closed and drained, or a failure."""
         try:
-            while True:
+            while self._failure is None:
                 pending = self._pending
                 if pending is not None and anyio.current_time() >= pending.deadline:
                     self._flush_pending()
@@ -287,6 +287,8 @@ class EventRecorder:
             raise
         self.batches += 1
         self._n.persisted += len(batch)
+        if self._failure is not None:
+            return  # stopped meanwhile: nothing more is delivered
         if self._discard_undelivered:
             self._release(sum(size for _, size in batch), len(batch))
             self._n.delivered += len(batch)
@@ -294,6 +296,11 @@ class EventRecorder:
             for entry, (_, size) in zip(entries, batch, strict=True):
                 self._to_deliver.append((entry, size))
         self._progress.notify()
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop the recorder because of ``exc``: nothing more is accepted or delivered."""
+        self._fail(exc)
+        self._writer_wake.notify()
 
     def _fail(self, exc: BaseException) -> None:
         if self._failure is None:

@@ -375,6 +375,8 @@ class Session:
             self._error = exc
         except Exception as exc:  # noqa: BLE001 - kept and reported by submit and next_event
             self._error = exc
+            # Nothing more can happen in this session: let the consumer know.
+            self.recorder.fail(exc)
         finally:
             self._worker_done.set()
 
@@ -434,10 +436,6 @@ class Session:
     async def _turn_body(self, turn: _RunningTurn, queued: _Queued) -> None:
         turn_id = turn.turn_id
         user_message = UserMessage(queued.text)
-        history = await self.runtime.replay_history(self.thread_id)
-        if turn.abort_reason is not None:
-            await self._record_unstarted(queued, turn.abort_reason)
-            return
 
         def track(event: Event) -> None:
             if isinstance(event, TurnStarted):
@@ -483,6 +481,7 @@ class Session:
         error: ErrorEvent | None = None
         with turn.scope:
             try:
+                history = await self.runtime.replay_history(self.thread_id)
                 transcript = await self._begin_turn(turn, history, user_message, record_persisted)
                 if transcript is not None:
                     await run_turn(
@@ -500,7 +499,7 @@ class Session:
                     raise
                 # The consumer fell behind: the turn stops; it ends once there is room.
                 error = ErrorEvent(str(exc), turn_id)
-            except Exception as exc:  # noqa: BLE001 - a broken engine fails its turn only
+            except Exception as exc:  # noqa: BLE001 - a broken engine or read fails its turn only
                 error = ErrorEvent(f"the turn failed: {type(exc).__name__}: {exc}", turn_id)
         if turn.finished:
             return
@@ -509,10 +508,10 @@ class Session:
         if turn.abort_reason is None:
             return
         turn.finished = True
-        if not turn.started:
-            await self._record_unstarted(queued, turn.abort_reason)
-            return
+        # The input is journaled whatever happened, and the turn closed after it.
         events: list[Event] = []
+        if not turn.started:
+            events.append(TurnStarted(turn_id))
         if not turn.input_recorded:
             events.append(ItemCompleted(turn_id, user_message))
         text = "".join(turn.step_text)

@@ -573,3 +573,40 @@ async def test_a_reply_larger_than_the_byte_budget_still_completes(tmp_path: Pat
         assert text_of(seen) == chunk * 4
         assert ItemCompleted(turn_id, AssistantMessage(chunk * 4)) in [e.event for e in seen]  # type: ignore[arg-type]
         assert seen[-1].event == TurnComplete(turn_id, chunk * 4)  # type: ignore[arg-type]
+
+
+class FlakyReadStore(JsonlThreadStore):
+    """A real JSONL store whose first replay read fails."""
+
+    def __init__(self, base_path: Path) -> None:
+        super().__init__(base_path)
+        self.replays = 0
+
+    async def replay_events(self, thread_id: str) -> list[JournalEvent]:
+        self.replays += 1
+        if self.replays == 1:
+            raise StoreError("the replay index is unreadable")
+        return await super().replay_events(thread_id)
+
+
+class FlakyReadFactory(JsonlThreadStoreFactory):
+    async def open(self) -> JsonlThreadStore:
+        await super().open()
+        return FlakyReadStore(self.base_path)
+
+
+async def test_a_failed_history_read_fails_the_turn_but_keeps_the_input(tmp_path: Path) -> None:
+    builder = ExtensionRegistryBuilder()
+    builder.inference_engine(ScriptedEngine())
+    builder.thread_store_factory(FlakyReadFactory(tmp_path / "threads"))
+    async with Runtime(builder.build()) as runtime:
+        thread_id = (await runtime.create_thread()).thread_id
+        async with await runtime.start_session(thread_id) as session:
+            first = session.submit(UserInput("lost?"))
+            failed = [e.event for e in await events_until(session)]
+            second = session.submit(UserInput("again"))
+            worked = await events_until(session)
+        assert failed[:2] == [TurnStarted(first), ItemCompleted(first, UserMessage("lost?"))]  # type: ignore[arg-type]
+        assert isinstance(failed[2], ErrorEvent) and "unreadable" in failed[2].message
+        assert failed[3] == TurnAborted(first, "failed")  # type: ignore[arg-type]
+        assert worked[-1].event == TurnComplete(second, "You said: again")  # type: ignore[arg-type]
