@@ -1,0 +1,204 @@
+"""The ``openai-chat`` engine: streamed Chat Completions, the protocol that local servers
+(llama.cpp, vLLM, Ollama) and many proxies speak. No native compaction: the runtime's
+summarising compaction applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+from roder_api.inference import (
+    AgentInferenceRequest,
+    Completed,
+    Failed,
+    InferenceCapabilities,
+    InferenceEvent,
+    InferenceTurnContext,
+    MessageDelta,
+    ProviderFailure,
+    ProviderFailureKind,
+    ReasoningDelta,
+    TokenUsage,
+    ToolCallCompleted,
+    Usage,
+)
+from roder_openai._http import HttpEngine, failure_for_exception, redact
+from roder_openai._replay import chat_messages
+
+FAILED_FINISH_REASONS = frozenset({"length", "content_filter"})
+"""Finish reasons that mean the reply is not whole: the turn ends with ``Failed``."""
+
+
+def chat_usage(usage: Any) -> TokenUsage | None:
+    """Return a Chat Completions ``usage`` object as ``TokenUsage`` (None when absent)."""
+    if not isinstance(usage, Mapping):
+        return None
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens", 0) if isinstance(details, Mapping) else 0
+    prompt = int(usage.get("prompt_tokens") or 0)
+    completion = int(usage.get("completion_tokens") or 0)
+    return TokenUsage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=int(usage.get("total_tokens") or prompt + completion),
+        cached_prompt_tokens=int(cached or 0),
+    )
+
+
+@dataclass
+class _PartialCall:
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+class ChatStreamState:
+    """Assemble a Chat Completions stream: text, tool calls from fragments, usage."""
+
+    def __init__(self, key: str | None) -> None:
+        self._key = key
+        self.response_id: str | None = None
+        self.finish_reason: str | None = None
+        self.usage: TokenUsage | None = None
+        self.done = False
+        self._calls: dict[int, _PartialCall] = {}
+
+    def handle(self, data_text: str) -> list[InferenceEvent]:
+        """Return the events of one ``data:`` payload (``[DONE]`` ends the stream)."""
+        if data_text.strip() == "[DONE]":
+            self.done = True
+            return []
+        try:
+            chunk = orjson.loads(data_text)
+        except orjson.JSONDecodeError:
+            raise ProviderFailure(
+                ProviderFailureKind.OTHER, "the server sent a chunk that is not JSON"
+            ) from None
+        if not isinstance(chunk, dict):
+            return []
+        if isinstance(chunk.get("error"), Mapping):
+            error = chunk["error"]
+            self.done = True
+            message = f"the server reported an error: {error.get('message') or error}"
+            return [Failed(redact(message, self._key))]
+        if chunk.get("id") and self.response_id is None:
+            self.response_id = str(chunk["id"])
+        usage = chat_usage(chunk.get("usage"))
+        if usage is not None:
+            # Usage is cumulative for the request: the last report wins.
+            self.usage = usage
+        events: list[InferenceEvent] = []
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta")
+            if isinstance(delta, Mapping):
+                # Local servers stream reasoning as reasoning_content (llama.cpp, vLLM)
+                # or reasoning (Ollama, OpenRouter).
+                for field in ("reasoning_content", "reasoning"):
+                    text = delta.get(field)
+                    if isinstance(text, str) and text:
+                        events.append(ReasoningDelta(text))
+                content = delta.get("content")
+                if isinstance(content, str) and content:
+                    events.append(MessageDelta(content))
+                for fragment in delta.get("tool_calls") or ():
+                    if isinstance(fragment, Mapping):
+                        self._call_fragment(fragment)
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+        return events
+
+    def _call_fragment(self, fragment: Mapping[str, Any]) -> None:
+        index = int(fragment.get("index") or 0)
+        call = self._calls.setdefault(index, _PartialCall())
+        if fragment.get("id"):
+            call.id = str(fragment["id"])
+        function = fragment.get("function")
+        if isinstance(function, Mapping):
+            if function.get("name") and not call.name:
+                call.name = str(function["name"])
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                call.arguments += arguments
+
+    def finish(self) -> list[InferenceEvent]:
+        """Return the events that close a stream that ended with ``[DONE]``."""
+        events: list[InferenceEvent] = []
+        for index in sorted(self._calls):
+            call = self._calls[index]
+            if call.name:
+                events.append(
+                    ToolCallCompleted(call.id or f"call_{index}", call.name, call.arguments)
+                )
+        if self.usage is not None:
+            events.append(Usage(self.usage))
+        reason = self.finish_reason
+        if reason in FAILED_FINISH_REASONS:
+            events.append(Failed(f"the reply is incomplete (finish_reason {reason})"))
+        else:
+            events.append(Completed(stop_reason=reason, provider_response_id=self.response_id))
+        return events
+
+
+class OpenAIChatEngine(HttpEngine):
+    """Chat Completions over SSE with ``stream_options.include_usage``."""
+
+    id = "openai-chat"
+    capabilities = InferenceCapabilities(streaming=True, tool_calls=True, reasoning=True)
+
+    def request_body(
+        self, ctx: InferenceTurnContext, request: AgentInferenceRequest
+    ) -> dict[str, Any]:
+        """Return the ``POST /chat/completions`` body for one streamed turn."""
+        body: dict[str, Any] = {
+            "model": self.model_for(request.model),
+            "messages": chat_messages(request.transcript, request.instructions),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": dict(tool.parameters) or {"type": "object", "properties": {}},
+                    },
+                }
+                for tool in request.tools
+            ]
+        if self.settings.reasoning_effort:
+            body["reasoning_effort"] = self.settings.reasoning_effort
+        return body
+
+    async def stream_turn(
+        self, ctx: InferenceTurnContext, request: AgentInferenceRequest
+    ) -> AsyncIterator[InferenceEvent]:
+        """Yield the events of one streamed ``POST /chat/completions`` call."""
+        body = self.request_body(ctx, request)
+        async with self.open_events("chat/completions", body) as (events, key):
+            state = ChatStreamState(key)
+            try:
+                async for sse in events:
+                    for event in state.handle(sse.data):
+                        yield event
+                        if isinstance(event, Failed):
+                            return
+                    if state.done:
+                        break
+            except httpx.HTTPError as error:
+                raise failure_for_exception(error, streaming=True) from None
+        if not state.done:
+            raise ProviderFailure(
+                ProviderFailureKind.STREAM_INTERRUPTED,
+                "the response stream ended before [DONE]",
+            )
+        for event in state.finish():
+            yield event

@@ -1,0 +1,249 @@
+"""Turning a replay transcript into request input: Responses items or Chat messages.
+
+Rules both formats keep:
+
+- Replay starts at the last compaction boundary. A native boundary's ``compacted_input``
+  (what the provider returned: the kept user messages, then the compaction item) goes
+  first, verbatim and in order; a local summary (``ContextCompaction``) goes first as a
+  user message. Then every item after the boundary.
+- A tool call is replayed only with its result, and a result only with its call: the APIs
+  reject either alone (an interrupted turn can leave one behind).
+- ``Reasoning`` items are display text; what the provider needs is the reasoning item it
+  returned, kept as ``ProviderMetadata`` (Responses only).
+- A reasoning item must be followed by the item it belongs to (the next tool call or
+  assistant message of the same response). A reasoning item that cannot be replayed (no
+  ``encrypted_content``, or nothing after it) is dropped, and then the assistant message it
+  belonged to is not replayed either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from roder_api.transcript import (
+    AssistantMessage,
+    ContextCompaction,
+    ProviderMetadata,
+    Reasoning,
+    ToolCallRecord,
+    ToolResultRecord,
+    TranscriptItem,
+    UserMessage,
+    is_compaction_boundary,
+    last_compaction_boundary_index,
+    native_compaction_items,
+)
+
+PROVIDER = "openai"
+"""``ProviderMetadata.data["provider"]`` of the items this plugin keeps."""
+
+SUMMARY_PREFIX = "Summary of the conversation so far:\n\n"
+"""What precedes a local compaction summary when it is replayed as a user message."""
+
+
+def reasoning_metadata(item: Mapping[str, Any]) -> ProviderMetadata:
+    """Return the transcript item that keeps a Responses reasoning item for replay."""
+    return ProviderMetadata({"provider": PROVIDER, "item": dict(item)})
+
+
+def kept_item(item: object) -> Mapping[str, Any] | None:
+    """Return the Responses item kept in ``item`` by this plugin, or None."""
+    if not isinstance(item, ProviderMetadata) or is_compaction_boundary(item):
+        return None
+    data = item.data
+    if not isinstance(data, Mapping) or data.get("provider") != PROVIDER:
+        return None
+    kept = data.get("item")
+    return kept if isinstance(kept, Mapping) and isinstance(kept.get("type"), str) else None
+
+
+def split_at_boundary(
+    transcript: Sequence[TranscriptItem],
+) -> tuple[TranscriptItem | None, list[TranscriptItem]]:
+    """Return the last compaction boundary (or None) and the items after it."""
+    items = list(transcript)
+    index = last_compaction_boundary_index(items)
+    if index is None:
+        return None, items
+    return items[index], items[index + 1 :]
+
+
+def boundary_input(boundary: TranscriptItem | None) -> list[dict[str, Any]]:
+    """Return the Responses input items that stand for a compaction boundary."""
+    if boundary is None:
+        return []
+    if isinstance(boundary, ContextCompaction):
+        return [user_message(SUMMARY_PREFIX + boundary.summary)]
+    if isinstance(boundary, ProviderMetadata):
+        compacted = boundary.data.get("compacted_input")
+        if isinstance(compacted, Sequence) and not isinstance(compacted, (str, bytes)):
+            return [dict(entry) for entry in compacted if isinstance(entry, Mapping)]
+        return [dict(entry) for entry in native_compaction_items(boundary)]
+    return []
+
+
+def user_message(text: str) -> dict[str, Any]:
+    """Return a Responses user message item."""
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def assistant_message(text: str) -> dict[str, Any]:
+    """Return a Responses assistant message item."""
+    return {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text}],
+    }
+
+
+def paired_tool_ids(items: Sequence[TranscriptItem]) -> set[str]:
+    """Return the ids of tool calls that have both their call and their result."""
+    calls = {i.id for i in items if isinstance(i, ToolCallRecord)}
+    results = {i.id for i in items if isinstance(i, ToolResultRecord)}
+    return calls & results
+
+
+def replayable_reasoning(item: Mapping[str, Any]) -> bool:
+    """Return True for a reasoning item that can be sent back under ``store: false``."""
+    return item.get("type") == "reasoning" and bool(item.get("encrypted_content"))
+
+
+def responses_input(transcript: Sequence[TranscriptItem]) -> list[dict[str, Any]]:
+    """Return the Responses API ``input`` items for a replay transcript (see module doc)."""
+    boundary, items = split_at_boundary(transcript)
+    out = boundary_input(boundary)
+    paired = paired_tool_ids(items)
+    pending: list[dict[str, Any]] = []  # reasoning waiting for the item it belongs to
+    dropped_reasoning = False  # the next assistant message lost its reasoning item
+
+    def settle_pending() -> None:
+        # Reasoning with nothing after it in its response cannot be replayed.
+        pending.clear()
+
+    for item in items:
+        kept = kept_item(item)
+        if kept is not None:
+            if kept.get("type") == "reasoning":
+                if replayable_reasoning(kept):
+                    pending.append(dict(kept))
+                else:
+                    dropped_reasoning = True
+            else:
+                out.append(dict(kept))
+        elif isinstance(item, UserMessage):
+            settle_pending()
+            dropped_reasoning = False
+            out.append(user_message(item.text))
+        elif isinstance(item, AssistantMessage):
+            if dropped_reasoning and not pending:
+                dropped_reasoning = False
+                continue
+            out.extend(pending)
+            pending.clear()
+            dropped_reasoning = False
+            if item.text:
+                out.append(assistant_message(item.text))
+        elif isinstance(item, ToolCallRecord):
+            if item.id not in paired:
+                settle_pending()
+                continue
+            out.extend(pending)
+            pending.clear()
+            dropped_reasoning = False
+            out.append(
+                {
+                    "type": "function_call",
+                    "call_id": item.id,
+                    "name": item.name,
+                    "arguments": item.arguments,
+                }
+            )
+        elif isinstance(item, ToolResultRecord):
+            if item.id not in paired:
+                continue
+            settle_pending()
+            out.append({"type": "function_call_output", "call_id": item.id, "output": item.result})
+        elif isinstance(item, (Reasoning, ContextCompaction, ProviderMetadata)):
+            continue  # display text, or another engine's metadata
+    return out
+
+
+def ends_with_unanswered_call(transcript: Sequence[TranscriptItem]) -> bool:
+    """Return True when the history's last tool call has no result after it."""
+    _, items = split_at_boundary(transcript)
+    answered: set[str] = set()
+    for item in reversed(items):
+        if isinstance(item, ToolResultRecord):
+            answered.add(item.id)
+        elif isinstance(item, ToolCallRecord):
+            return item.id not in answered
+        elif isinstance(item, (UserMessage, AssistantMessage)):
+            return False
+    return False
+
+
+# --- Chat Completions ----------------------------------------------------------------------
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def chat_messages(
+    transcript: Sequence[TranscriptItem], instructions: str | None
+) -> list[dict[str, Any]]:
+    """Return Chat Completions ``messages`` for a replay transcript.
+
+    A native boundary's readable messages are kept; its opaque compaction item cannot be
+    read by a Chat Completions server and is left out.
+    """
+    boundary, items = split_at_boundary(transcript)
+    messages: list[dict[str, Any]] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    for entry in boundary_input(boundary):
+        role = entry.get("role")
+        if entry.get("type", "message") == "message" and role in ("user", "assistant"):
+            text = _content_text(entry.get("content"))
+            if text:
+                messages.append({"role": role, "content": text})
+    paired = paired_tool_ids(items)
+    open_assistant: dict[str, Any] | None = None
+    for item in items:
+        if isinstance(item, (AssistantMessage, ToolCallRecord)):
+            if isinstance(item, ToolCallRecord) and item.id not in paired:
+                continue
+            if open_assistant is None:
+                open_assistant = {"role": "assistant", "content": None}
+                messages.append(open_assistant)
+            if isinstance(item, AssistantMessage):
+                if item.text:
+                    open_assistant["content"] = (open_assistant["content"] or "") + item.text
+            else:
+                open_assistant.setdefault("tool_calls", []).append(
+                    {
+                        "id": item.id,
+                        "type": "function",
+                        "function": {"name": item.name, "arguments": item.arguments},
+                    }
+                )
+            continue
+        if isinstance(item, UserMessage):
+            open_assistant = None
+            messages.append({"role": "user", "content": item.text})
+        elif isinstance(item, ToolResultRecord) and item.id in paired:
+            open_assistant = None
+            messages.append({"role": "tool", "tool_call_id": item.id, "content": item.result})
+    # An assistant turn with neither text nor tool calls says nothing.
+    return [
+        m for m in messages if m["role"] != "assistant" or m.get("content") or m.get("tool_calls")
+    ]

@@ -1,0 +1,103 @@
+"""A small server-sent events decoder (the WHATWG event-stream format) over raw bytes.
+
+Lines end in CRLF, LF or CR; lines starting with ``:`` are comments; several ``data`` lines
+of one event are joined with ``\\n``; a blank line dispatches the event. Lines are split on
+bytes, never with ``str.splitlines`` (which would also split a JSON payload at U+2028 and
+friends). An event cut off by the end of the stream is not dispatched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSentEvent:
+    """One dispatched event: its type (``message`` by default), data, id and retry hint."""
+
+    event: str = "message"
+    data: str = ""
+    id: str | None = None
+    retry: int | None = None
+
+
+class SSEDecoder:
+    """Turn chunks of bytes into :class:`ServerSentEvent` values, one ``feed`` at a time."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._first_line = True
+        self._event = ""
+        self._data: list[str] = []
+        self._last_id: str | None = None
+        self._retry: int | None = None
+
+    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+        """Return the events completed by ``chunk`` (possibly none)."""
+        self._buffer += chunk
+        events: list[ServerSentEvent] = []
+        while True:
+            cr = self._buffer.find(b"\r")
+            lf = self._buffer.find(b"\n")
+            if cr == -1 and lf == -1:
+                return events
+            if cr != -1 and (lf == -1 or cr < lf):
+                if cr == len(self._buffer) - 1:
+                    # A CR at the end of the buffer may be the first half of a CRLF.
+                    return events
+                end, skip = cr, 2 if self._buffer[cr + 1 : cr + 2] == b"\n" else 1
+            else:
+                end, skip = lf, 1
+            raw, self._buffer = self._buffer[:end], self._buffer[end + skip :]
+            event = self._line(raw.decode("utf-8", errors="replace"))
+            if event is not None:
+                events.append(event)
+
+    def end(self) -> list[ServerSentEvent]:
+        """Return the events completed at the end of the stream (a final lone CR line)."""
+        if self._buffer.endswith(b"\r"):
+            return self.feed(b"\n")
+        return []
+
+    def _line(self, line: str) -> ServerSentEvent | None:
+        if self._first_line:
+            self._first_line = False
+            line = line.removeprefix("\ufeff")
+        if not line:
+            return self._dispatch()
+        if line.startswith(":"):
+            return None
+        name, colon, value = line.partition(":")
+        if colon and value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+        elif name == "id":
+            if "\0" not in value:
+                self._last_id = value
+        elif name == "retry":
+            if value.isdigit():
+                self._retry = int(value)
+        return None
+
+    def _dispatch(self) -> ServerSentEvent | None:
+        data, event = self._data, self._event
+        self._data, self._event = [], ""
+        if not data:
+            return None
+        return ServerSentEvent(
+            event=event or "message", data="\n".join(data), id=self._last_id, retry=self._retry
+        )
+
+
+async def aiter_sse(chunks: AsyncIterable[bytes]) -> AsyncGenerator[ServerSentEvent, None]:
+    """Yield the events of a byte stream as they complete."""
+    decoder = SSEDecoder()
+    async for chunk in chunks:
+        for event in decoder.feed(chunk):
+            yield event
+    for event in decoder.end():
+        yield event
