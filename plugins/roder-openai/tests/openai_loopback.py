@@ -45,7 +45,8 @@ class Reply:
 
     ``cut_after``: drop the connection after that many chunks, without ending the body.
     ``chunked``: use chunked transfer encoding (otherwise the body ends when the connection
-    closes). ``delay``: seconds to wait before each chunk.
+    closes). ``delay``: seconds to wait before each chunk. ``pause_before_end``: seconds to
+    wait after the last chunk before the body ends (a server that lingers).
     """
 
     status: int = 200
@@ -54,6 +55,7 @@ class Reply:
     chunked: bool = True
     cut_after: int | None = None
     delay: float = 0.0
+    pause_before_end: float = 0.0
 
 
 def sse_reply(name: str, **kwargs: Any) -> Reply:
@@ -79,6 +81,7 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: bytes
+    client_port: int = 0
 
     def json(self) -> Any:
         """Return the body parsed as JSON."""
@@ -150,6 +153,7 @@ class LoopbackServer:
                     path,
                     {k.lower(): v for k, v in handler.headers.items()},
                     body,
+                    int(handler.client_address[1]),
                 )
             )
             queue = self.replies.get(path)
@@ -194,6 +198,8 @@ class LoopbackServer:
             else:
                 handler.wfile.write(chunk)
             handler.wfile.flush()
+        if reply.pause_before_end:
+            time.sleep(reply.pause_before_end)
         if reply.chunked:
             handler.wfile.write(b"0\r\n\r\n")
             handler.wfile.flush()

@@ -172,3 +172,17 @@ async def test_model_placeholder_uses_the_configured_model(server: LoopbackServe
     async with chat_engine(server, model="qwen-local") as engine:
         await collect(engine.stream_turn(CTX, request(model="openai-chat-default")))
     assert server.requests[0].json()["model"] == "qwen-local"
+
+
+async def test_the_chat_connection_is_reused_too(server: LoopbackServer) -> None:
+    lingering = sse_reply("chat_text.sse", pause_before_end=0.2)
+    server.expect("/chat/completions", lingering, lingering)
+    async with chat_engine(server) as engine:
+        for _ in range(2):
+            stream = engine.stream_turn(CTX, request())
+            async for event in stream:
+                if isinstance(event, Completed):
+                    break
+            await stream.aclose()  # type: ignore[attr-defined]
+    first, second = server.requests
+    assert first.client_port == second.client_port

@@ -434,3 +434,19 @@ async def test_closing_the_stream_early_releases_the_connection(
         await stream.aclose()  # as the runtime does on an interrupt
         again = await collect(engine.stream_turn(CTX, request()))
     assert text_of([first]) == "Hello" and text_of(again) == "Hello from loopback."
+
+
+async def test_a_connection_is_reused_when_the_consumer_stops_at_completed(
+    server: LoopbackServer, api_key: str
+) -> None:
+    lingering = sse_reply("responses_text.sse", pause_before_end=0.2)
+    server.expect("/responses", lingering, lingering)
+    async with responses_engine(server) as engine:
+        for _ in range(2):
+            stream = engine.stream_turn(CTX, request())
+            async for event in stream:  # the runtime stops at the terminal event and closes
+                if isinstance(event, Completed):
+                    break
+            await stream.aclose()  # type: ignore[attr-defined]
+    first, second = server.requests
+    assert first.client_port == second.client_port

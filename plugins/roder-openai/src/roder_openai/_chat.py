@@ -72,7 +72,7 @@ class ChatStreamState:
         """Return the events of one ``data:`` payload (``[DONE]`` ends the stream)."""
         if data_text.strip() == "[DONE]":
             self.done = True
-            return []
+            return self.finish()
         try:
             chunk = orjson.loads(data_text)
         except orjson.JSONDecodeError:
@@ -183,22 +183,24 @@ class OpenAIChatEngine(HttpEngine):
     ) -> AsyncIterator[InferenceEvent]:
         """Yield the events of one streamed ``POST /chat/completions`` call."""
         body = self.request_body(ctx, request)
+        final: list[InferenceEvent] = []
         async with self.open_events("chat/completions", body) as (events, key):
             state = ChatStreamState(key)
             try:
                 async for sse in events:
-                    for event in state.handle(sse.data):
-                        yield event
-                        if isinstance(event, Failed):
-                            return
+                    produced = state.handle(sse.data)
                     if state.done:
+                        final = produced
                         break
+                    for event in produced:
+                        yield event
             except httpx.HTTPError as error:
                 raise failure_for_exception(error, streaming=True) from None
+        # The terminal events go out after the body is settled and the connection released.
         if not state.done:
             raise ProviderFailure(
                 ProviderFailureKind.STREAM_INTERRUPTED,
                 "the response stream ended before [DONE]",
             )
-        for event in state.finish():
+        for event in final:
             yield event

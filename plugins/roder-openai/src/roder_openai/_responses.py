@@ -325,20 +325,28 @@ class OpenAIResponsesEngine(HttpEngine):
     ) -> AsyncIterator[InferenceEvent]:
         """Yield the events of one streamed ``POST /responses`` call."""
         body = self.request_body(ctx, request)
+        final: list[InferenceEvent] = []
         async with self.open_events("responses", body) as (events, key):
             state = ResponsesStreamState(key)
             try:
                 async for sse in events:
-                    for event in state.handle(sse):
-                        yield event
+                    produced = state.handle(sse)
                     if state.finished:
-                        return
+                        final = produced
+                        break
+                    for event in produced:
+                        yield event
             except httpx.HTTPError as error:
                 raise failure_for_exception(error, streaming=True) from None
-        raise ProviderFailure(
-            ProviderFailureKind.STREAM_INTERRUPTED,
-            "the response stream ended before response.completed",
-        )
+        # The terminal events go out after the body is settled and the connection released:
+        # the runtime closes this generator as soon as it sees them.
+        if not state.finished:
+            raise ProviderFailure(
+                ProviderFailureKind.STREAM_INTERRUPTED,
+                "the response stream ended before response.completed",
+            )
+        for event in final:
+            yield event
 
     async def compact_turn(
         self, ctx: InferenceTurnContext, request: AgentInferenceRequest
