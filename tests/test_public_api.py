@@ -22,6 +22,7 @@ MODULES = [
     "roder_jsonl_thread_store",
     "roder_sqlite_thread_store",
     "roder_postgres_thread_store",
+    "roder_openai",
 ]
 
 

@@ -30,11 +30,11 @@ from roder_openai._sse import ServerSentEvent, SSEDecoder, aiter_sse
 __version__ = "0.1.0"
 
 __all__ = [
+    "ChatStreamState",
     "DEFAULT_API_KEY_ENV",
+    "EngineSettings",
     "HANDLED_EVENTS",
     "OPENAI_BASE_URL",
-    "ChatStreamState",
-    "EngineSettings",
     "OpenAIChatEngine",
     "OpenAIResponsesEngine",
     "OpenAISettingsError",
