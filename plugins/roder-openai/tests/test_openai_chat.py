@@ -186,3 +186,18 @@ async def test_the_chat_connection_is_reused_too(server: LoopbackServer) -> None
             await stream.aclose()  # type: ignore[attr-defined]
     first, second = server.requests
     assert first.client_port == second.client_port
+
+
+async def test_tool_calls_without_ids_get_unique_ones(server: LoopbackServer) -> None:
+    chunk = (
+        b'data: {"id":"c2","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,'
+        b'"function":{"name":"ping","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}\n\n'
+    )
+    reply = Reply(chunks=[chunk, b"data: [DONE]\n\n"])
+    server.expect("/chat/completions", reply, reply)
+    async with chat_engine(server) as engine:
+        first = await collect(engine.stream_turn(CTX, request()))
+        second = await collect(engine.stream_turn(CTX, request()))
+    calls = [e for e in first + second if isinstance(e, ToolCallCompleted)]
+    assert [c.name for c in calls] == ["ping", "ping"]
+    assert calls[0].id.startswith("call_") and calls[0].id != calls[1].id

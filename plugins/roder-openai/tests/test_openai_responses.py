@@ -450,3 +450,21 @@ async def test_a_connection_is_reused_when_the_consumer_stops_at_completed(
             await stream.aclose()  # type: ignore[attr-defined]
     first, second = server.requests
     assert first.client_port == second.client_port
+
+
+async def test_no_model_chosen_fails_clearly_before_sending(
+    server: LoopbackServer, api_key: str
+) -> None:
+    async with responses_engine(server) as engine:
+        _, failure = await collect_failure(engine.stream_turn(CTX, request(model="openai-default")))
+    assert failure.kind is ProviderFailureKind.INVALID_REQUEST
+    assert "--model" in failure.message and server.requests == []
+
+
+async def test_a_server_that_does_not_stream_is_told_apart(
+    server: LoopbackServer, api_key: str
+) -> None:
+    server.expect("/responses", json_reply("compact_success.json"))
+    async with responses_engine(server) as engine:
+        _, failure = await collect_failure(engine.stream_turn(CTX, request()))
+    assert failure.kind is ProviderFailureKind.INVALID_REQUEST and "streaming" in failure.message

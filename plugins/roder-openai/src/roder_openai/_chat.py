@@ -5,6 +5,7 @@ summarising compaction applies.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -104,6 +105,7 @@ class ChatStreamState:
                     text = delta.get(field)
                     if isinstance(text, str) and text:
                         events.append(ReasoningDelta(text))
+                        break  # a server that sends both sends the same text twice
                 content = delta.get("content")
                 if isinstance(content, str) and content:
                     events.append(MessageDelta(content))
@@ -133,9 +135,9 @@ class ChatStreamState:
         for index in sorted(self._calls):
             call = self._calls[index]
             if call.name:
-                events.append(
-                    ToolCallCompleted(call.id or f"call_{index}", call.name, call.arguments)
-                )
+                # Some local servers send no id; results pair with calls by id, so make one.
+                call_id = call.id or f"call_{uuid.uuid4().hex[:24]}"
+                events.append(ToolCallCompleted(call_id, call.name, call.arguments))
         if self.usage is not None:
             events.append(Usage(self.usage))
         reason = self.finish_reason

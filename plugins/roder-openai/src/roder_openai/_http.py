@@ -209,6 +209,12 @@ class HttpEngine(InferenceEngine):
                 except httpx.HTTPError:
                     error_body = b""
                 raise failure_for_status(response.status_code, response.headers, error_body, key)
+            if response.headers.get("content-type", "").startswith("application/json"):
+                raise ProviderFailure(
+                    ProviderFailureKind.INVALID_REQUEST,
+                    f"the server answered POST {path} with JSON instead of an event stream; "
+                    "does it support streaming?",
+                )
             chunks = response.aiter_bytes()
             try:
                 async with aclosing(aiter_sse(chunks)) as events:
@@ -265,11 +271,18 @@ class HttpEngine(InferenceEngine):
         """Return the model to call: the request's, or the table's ``model`` for a placeholder.
 
         The runtime names a model ``<engine id>-default`` when none is configured; the
-        engine's own ``model`` setting then applies.
+        engine's own ``model`` setting then applies. Raise ``ProviderFailure`` (invalid
+        request) when there is none: a clear error beats the server's "model not found".
         """
-        if (not requested or requested == f"{self.id}-default") and self.settings.model:
+        if requested and requested != f"{self.id}-default":
+            return requested
+        if self.settings.model:
             return self.settings.model
-        return requested
+        raise ProviderFailure(
+            ProviderFailureKind.INVALID_REQUEST,
+            f"no model chosen for engine {self.id!r}: pass --model, set default_model in "
+            f"config.toml, or set model in [engines.{self.id}]",
+        )
 
 
 async def _settle(chunks: AsyncIterator[bytes], seconds: float) -> None:
