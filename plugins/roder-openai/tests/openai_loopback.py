@@ -93,6 +93,7 @@ class LoopbackServer:
 
     def __init__(self) -> None:
         self.replies: dict[str, deque[Reply]] = {}
+        self.fallbacks: dict[str, Reply] = {}
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
         server = self
@@ -131,6 +132,11 @@ class LoopbackServer:
         with self._lock:
             self.replies.setdefault(path, deque()).extend(replies)
 
+    def always(self, path: str, reply: Reply) -> None:
+        """Answer ``path`` with ``reply`` whenever no queued reply is left."""
+        with self._lock:
+            self.fallbacks[path] = reply
+
     def start(self) -> LoopbackServer:
         """Start serving in a background thread."""
         self._thread.start()
@@ -157,7 +163,7 @@ class LoopbackServer:
                 )
             )
             queue = self.replies.get(path)
-            reply = queue.popleft() if queue else None
+            reply = queue.popleft() if queue else self.fallbacks.get(path)
         if reply is None:
             reply = Reply(
                 status=404,
