@@ -132,6 +132,11 @@ class LoopbackServer:
         with self._lock:
             self.replies.setdefault(path, deque()).extend(replies)
 
+    def posted(self, path: str) -> list[Recorded]:
+        """Return the POST requests made to ``path``, in order."""
+        with self._lock:
+            return [r for r in self.requests if r.method == "POST" and r.path == path]
+
     def always(self, path: str, reply: Reply) -> None:
         """Answer ``path`` with ``reply`` whenever no queued reply is left."""
         with self._lock:

@@ -55,9 +55,9 @@ async def test_a_compaction_commits_the_server_boundary_and_the_next_request_sta
         assert len(replay) == 1 and is_compaction_boundary(replay[0])
         reply = await runtime.run_turn(thread_id, "What next?", engine="openai", model="gpt-test")
         assert reply == "Hello from loopback."
-    compact_sent = server.requests[1].json()["input"]
+    compact_sent = server.posted("/responses/compact")[0].json()["input"]
     assert [e.get("type") for e in compact_sent] == ["message", "reasoning", "message"]
-    after = server.requests[2].json()["input"]
+    after = server.posted("/responses")[1].json()["input"]
     assert after[: len(returned)] == returned
     assert after[len(returned) :] == [
         {

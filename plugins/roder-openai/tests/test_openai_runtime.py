@@ -60,11 +60,11 @@ async def test_a_reasoning_turn_is_persisted_and_replayed_exactly(
         assert snapshot.metadata.usage.total_tokens == 190
         again = await runtime.run_turn(thread_id, "Another?", engine="openai", model="gpt-test")
         assert again == "Hello from loopback."
-    replayed = server.requests[1].json()["input"]
+    replayed = server.posted("/responses")[1].json()["input"]
     assert replayed[1] == dict(items[1].data["item"])
     assert replayed[2]["content"][0]["text"] == "7 is prime."
     assert replayed[3]["content"][0]["text"] == "Another?"
-    assert server.requests[1].json()["prompt_cache_key"] == thread_id
+    assert server.posted("/responses")[1].json()["prompt_cache_key"] == thread_id
     assert not files_contain(tmp_path, TEST_KEY.encode())
 
 
@@ -85,7 +85,7 @@ async def test_the_runtime_retries_a_rate_limited_call(
     ) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         reply = await runtime.run_turn(thread_id, "Hello?", engine="openai", model="gpt-test")
-    assert reply == "Hello from loopback." and len(server.requests) == 2
+    assert reply == "Hello from loopback." and len(server.posted("/responses")) == 2
 
 
 @pytest.mark.anyio
@@ -187,8 +187,8 @@ def test_roder_chat_streams_a_reply_from_the_server_and_persists_it(
     ]
     assert items[3]["text"] == "7 is prime."
     # The server got the key; the store and the output never did.
-    assert server.requests[0].headers["authorization"] == f"Bearer {TEST_KEY}"
-    assert server.requests[1].json()["input"][1]["id"] == "rs_reason_1"
+    assert server.posted("/responses")[0].headers["authorization"] == f"Bearer {TEST_KEY}"
+    assert server.posted("/responses")[1].json()["input"][1]["id"] == "rs_reason_1"
     assert not files_contain(root, TEST_KEY.encode())
     assert TEST_KEY not in chat.stdout + chat.stderr
 
@@ -224,4 +224,4 @@ def test_roder_chat_with_a_local_chat_server_sends_no_key(
     chat = roder("chat", "--engine", "openai-chat", env=env, stdin="Hi\n")
     assert chat.returncode == 0, chat.stderr
     assert "Hi there!" in chat.stdout
-    assert "authorization" not in server.requests[0].headers
+    assert "authorization" not in server.posted("/chat/completions")[0].headers
