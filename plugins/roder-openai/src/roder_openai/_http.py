@@ -89,7 +89,10 @@ def error_details(body: bytes) -> tuple[str | None, str | None, str]:
 def failure_for_status(
     status: int, headers: httpx.Headers, body: bytes, key: str | None
 ) -> ProviderFailure:
-    """Return the failure for an HTTP error response, its message redacted of any key."""
+    """Return the failure for a non-2xx response (3xx and other 4xx: invalid request).
+
+    The message is redacted of the key and of anything shaped like one.
+    """
     code, kind, message = error_details(body)
     said = redact(message, key) or httpx.codes.get_reason_phrase(status) or "error"
     text = f"HTTP {status}" + (f" ({code})" if code else "") + f": {said}"
@@ -203,7 +206,7 @@ class HttpEngine(InferenceEngine):
         except httpx.HTTPError as error:
             raise failure_for_exception(error, streaming=False) from None
         try:
-            if response.status_code >= 400:
+            if response.status_code >= 300:
                 try:
                     error_body = (await response.aread())[:MAX_ERROR_BODY]
                 except httpx.HTTPError:
@@ -242,7 +245,7 @@ class HttpEngine(InferenceEngine):
             )
         except httpx.HTTPError as error:
             raise failure_for_exception(error, streaming=False) from None
-        if response.status_code >= 400:
+        if response.status_code >= 300:
             raise failure_for_status(
                 response.status_code, response.headers, response.content[:MAX_ERROR_BODY], key
             )
