@@ -201,3 +201,15 @@ async def test_tool_calls_without_ids_get_unique_ones(server: LoopbackServer) ->
     calls = [e for e in first + second if isinstance(e, ToolCallCompleted)]
     assert [c.name for c in calls] == ["ping", "ping"]
     assert calls[0].id.startswith("call_") and calls[0].id != calls[1].id
+
+
+async def test_a_refusal_is_the_reply(server: LoopbackServer) -> None:
+    chunks = [
+        b'data: {"id":"c3","choices":[{"index":0,"delta":{"refusal":"I can\'t help."}}]}\n\n',
+        b'data: {"id":"c3","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+    server.expect("/chat/completions", Reply(chunks=chunks))
+    async with chat_engine(server) as engine:
+        events = await collect(engine.stream_turn(CTX, request()))
+    assert text_of(events) == "I can't help." and events[-1] == Completed("stop", "c3")

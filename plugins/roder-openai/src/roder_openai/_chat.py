@@ -106,9 +106,10 @@ class ChatStreamState:
                     if isinstance(text, str) and text:
                         events.append(ReasoningDelta(text))
                         break  # a server that sends both sends the same text twice
-                content = delta.get("content")
-                if isinstance(content, str) and content:
-                    events.append(MessageDelta(content))
+                for field in ("content", "refusal"):
+                    text = delta.get(field)
+                    if isinstance(text, str) and text:
+                        events.append(MessageDelta(text))
                 for fragment in delta.get("tool_calls") or ():
                     if isinstance(fragment, Mapping):
                         self._call_fragment(fragment)
