@@ -1,8 +1,6 @@
 """Native compaction through the runtime (``Runtime.compact_with_provider``) with the
 ``openai`` engine on the loopback server: the server's boundary is committed and the next
 request starts with it.
-
-``compact_with_provider`` lands with the compaction work; until then this module is skipped.
 """
 
 from __future__ import annotations
@@ -19,9 +17,6 @@ from roder_api.errors import CompactionFailed
 from roder_api.transcript import ProviderMetadata, is_compaction_boundary
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig
-
-if not hasattr(Runtime, "compact_with_provider"):
-    pytest.skip("Runtime.compact_with_provider has not landed yet", allow_module_level=True)
 
 pytestmark = pytest.mark.anyio
 

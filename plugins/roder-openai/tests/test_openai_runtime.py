@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 from openai_helpers import responses_engine
-from openai_loopback import KEY_ENV, TEST_KEY, LoopbackServer, Reply, json_reply, sse_reply
+from openai_loopback import (
+    KEY_ENV,
+    TEST_KEY,
+    LoopbackServer,
+    Reply,
+    fixture_bytes,
+    json_reply,
+    sse_reply,
+)
 
 from roder_api import ExtensionRegistryBuilder
 from roder_api.events import ErrorEvent, UsageUpdated
@@ -225,3 +233,28 @@ def test_roder_chat_with_a_local_chat_server_sends_no_key(
     assert chat.returncode == 0, chat.stderr
     assert "Hi there!" in chat.stdout
     assert "authorization" not in server.posted("/chat/completions")[0].headers
+
+
+def test_roder_compact_commits_the_server_boundary_and_the_next_turn_starts_with_it(
+    server: LoopbackServer, home: tuple[Path, dict[str, str]]
+) -> None:
+    _, env = home
+    server.expect("/responses", sse_reply("responses_text.sse"), sse_reply("responses_text.sse"))
+    server.expect("/responses/compact", json_reply("compact_success.json"))
+    first = roder("chat", "--engine", "openai", env=env, stdin="Plan the launch checklist.\n")
+    assert first.returncode == 0, first.stderr
+    thread_id = first.stdout.splitlines()[0].split()[1]
+    compact = roder("compact", thread_id, "--engine", "openai", "--json", env=env)
+    assert compact.returncode == 0, compact.stderr
+    assert "cmp_loopback_1" in compact.stdout
+    again = roder(
+        "chat", "--engine", "openai", "--thread", thread_id, env=env, stdin="What next?\n"
+    )
+    assert again.returncode == 0, again.stderr
+    returned = json.loads(fixture_bytes("compact_success.json"))["output"]
+    sent = server.posted("/responses")[1].json()["input"]
+    assert sent[: len(returned)] == returned
+    assert [e["content"][0]["text"] for e in sent[len(returned) :]] == ["What next?"]
+    assert server.posted("/responses/compact")[0].json()["input"][0]["content"][0]["text"] == (
+        "Plan the launch checklist."
+    )
