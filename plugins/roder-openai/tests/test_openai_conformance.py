@@ -1,8 +1,4 @@
-"""Both engines against the engine conformance kit (``roder_api.testing``), on the loopback server.
-
-The kit lands with the backends work; until it is in ``roder_api.testing`` this module is
-skipped.
-"""
+"""Both engines against the engine conformance kit of ``roder_api.testing``, on loopback."""
 
 from __future__ import annotations
 
@@ -12,18 +8,11 @@ import pytest
 from openai_helpers import chat_engine, responses_engine
 from openai_loopback import LoopbackServer, json_reply, sse_reply
 
-import roder_api.testing
 from roder_api.inference import InferenceEngine
-
-try:
-    InferenceEngineConformance = roder_api.testing.InferenceEngineConformance
-except AttributeError:
-    pytest.skip(
-        "the engine conformance kit is not in roder_api.testing yet", allow_module_level=True
-    )
+from roder_api.testing import InferenceEngineConformance
 
 
-class TestOpenAIResponsesConformance(InferenceEngineConformance):  # type: ignore[misc,valid-type]
+class TestOpenAIResponsesConformance(InferenceEngineConformance):
     """The ``openai`` engine, answering from the Responses fixtures."""
 
     @pytest.fixture
@@ -39,7 +28,7 @@ class TestOpenAIResponsesConformance(InferenceEngineConformance):  # type: ignor
             await engine.aclose()
 
 
-class TestOpenAIChatConformance(InferenceEngineConformance):  # type: ignore[misc,valid-type]
+class TestOpenAIChatConformance(InferenceEngineConformance):
     """The ``openai-chat`` engine, answering from the Chat Completions fixtures."""
 
     @pytest.fixture
