@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
 _REGISTRY: dict[str, type[Record]] = {}
+_DECODERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {}
 
 Decoder = Callable[[Any], Any]
 
@@ -42,6 +43,7 @@ def register(tag: str, **decoders: Decoder) -> Callable[[R], R]:
         cls._codec_fields = tuple(f.name for f in fields(cls) if f.name != "unknown_fields")
         cls._decoders = decoders
         _REGISTRY[tag] = cls
+        _DECODERS[tag] = _compile_decoder(cls)
         return cls
 
     return decorate
@@ -80,9 +82,15 @@ def from_dict(data: Mapping[str, Any]) -> Any:
         tag = data["type"]
     except (KeyError, TypeError):
         raise ValueError(f"not a tagged Roder record (no 'type' key): {data!r:.200}") from None
-    cls = _REGISTRY.get(tag)
-    if cls is None:
-        raise ValueError(f"unknown record type {tag!r}")
+    try:
+        decode = _DECODERS[tag]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown record type {tag!r}") from None
+    return decode(data)
+
+
+def _decode_general(cls: type[Record], data: Mapping[str, Any]) -> Any:
+    """Return ``cls`` built from ``data`` through its constructor (defaults, unknown fields)."""
     known = cls._codec_fields
     decoders = cls._decoders
     kwargs: dict[str, Any] = {}
@@ -102,7 +110,63 @@ def from_dict(data: Mapping[str, Any]) -> Any:
     try:
         return cls(**kwargs)
     except TypeError as exc:
-        raise ValueError(f"bad {tag!r} record: {exc}") from None
+        raise ValueError(f"bad {cls.TYPE!r} record: {exc}") from None
+
+
+def _slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:
+    for klass in cls.__mro__:
+        descriptor = klass.__dict__.get(name)
+        if descriptor is not None:
+            setter: Callable[[Any, Any], None] = descriptor.__set__
+            return setter
+    raise TypeError(f"{cls.__name__} has no slot {name!r}")  # pragma: no cover - by construction
+
+
+def _compile_decoder(cls: type[Record]) -> Callable[[Mapping[str, Any]], Any]:
+    """Return a decoder for ``cls`` with a fast path for the common shape.
+
+    Decoding dominates loading a journal, and a frozen dataclass's ``__init__`` assigns every
+    field through ``object.__setattr__``. When a dict holds exactly the known fields (what
+    this version writes), the fast path fills the slots directly, which is what ``__init__``
+    would do (the records have no ``__post_init__``); any other shape (defaults missing,
+    unknown fields from a newer version, bad data) takes the constructor path, so the
+    result and the errors are the same as before.
+    """
+    names = cls._codec_fields
+    if "__post_init__" in dir(cls) or not all(isinstance(n, str) for n in names):
+        return lambda data: _decode_general(cls, data)  # pragma: no cover - none today
+    namespace: dict[str, Any] = {
+        "_cls": cls,
+        "_new": object.__new__,
+        "_general": _decode_general,
+        "_set_unknown": _slot_setter(cls, "unknown_fields"),
+    }
+    lines = [
+        "def decode(data):",
+        f"    if len(data) != {len(names) + 1}:",
+        "        return _general(_cls, data)",
+        "    try:",
+    ]
+    for index, name in enumerate(names):
+        lines.append(f"        v{index} = data[{name!r}]")
+    lines += ["    except KeyError:", "        return _general(_cls, data)"]
+    for index, name in enumerate(names):
+        namespace[f"_set{index}"] = _slot_setter(cls, name)
+        decoder = cls._decoders.get(name)
+        if decoder is not None:
+            namespace[f"_dec{index}"] = decoder
+            lines.append("    try:")
+            lines.append(f"        v{index} = _dec{index}(v{index})")
+            lines.append("    except (TypeError, ValueError):")
+            lines.append("        return _general(_cls, data)")
+    lines.append("    obj = _new(_cls)")
+    for index in range(len(names)):
+        lines.append(f"    _set{index}(obj, v{index})")
+    lines += ["    _set_unknown(obj, {})", "    return obj"]
+    # Generated like dataclasses' own __init__: one straight-line function per class.
+    exec("\n".join(lines), namespace)  # noqa: S102 - source built above from field names
+    decode: Callable[[Mapping[str, Any]], Any] = namespace["decode"]
+    return decode
 
 
 def record_types() -> Mapping[str, type[Record]]:

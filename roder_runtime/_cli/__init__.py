@@ -20,6 +20,7 @@ from roder_runtime._cli import (
     _chat,
     _compact,
     _config_cmd,
+    _fsck,
     _migrate,
     _plugins,
     _replay,
@@ -27,7 +28,7 @@ from roder_runtime._cli import (
 )
 from roder_runtime._cli._common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CommandError
 
-COMMAND_MODULES = (_chat, _threads, _replay, _compact, _migrate, _plugins, _config_cmd)
+COMMAND_MODULES = (_chat, _threads, _replay, _compact, _migrate, _fsck, _plugins, _config_cmd)
 """The modules whose ``register`` adds a command (in ``roder --help`` order)."""
 
 

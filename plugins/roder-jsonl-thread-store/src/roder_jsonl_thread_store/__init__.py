@@ -6,6 +6,14 @@ from roder_jsonl_thread_store._store import (
     DURABILITY_MODES,
     JsonlThreadStore,
     JsonlThreadStoreFactory,
+    ThreadCheck,
+    ThreadRepair,
 )
 
-__all__ = ["DURABILITY_MODES", "JsonlThreadStore", "JsonlThreadStoreFactory"]
+__all__ = [
+    "DURABILITY_MODES",
+    "JsonlThreadStore",
+    "JsonlThreadStoreFactory",
+    "ThreadCheck",
+    "ThreadRepair",
+]

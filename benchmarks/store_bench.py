@@ -1,0 +1,436 @@
+"""Benchmark the JSONL thread store against raw file baselines measured in the same run.
+
+Workloads (issue 5):
+
+- W1: single durable appends of ~400-byte items to one thread, vs a raw loop of ``write`` +
+  ``fdatasync`` per item (the same sync call the store uses).
+- W2: 32 concurrent tasks appending durably with group commit, to one thread and to 32
+  threads, vs the raw sync-per-append rate of W1.
+- W3: loading a 50,000-item thread in a fresh store object, vs reading the file and
+  ``orjson.loads`` per line; and the peak memory (tracemalloc) of both.
+- W4: replaying a 50,000-item thread whose last boundary is 20 items from the end, and the
+  same for a 500-item thread, vs reading the last 20 lines of the file.
+- W5: the first page of 50 threads out of 1,000 and out of 10,000 (fresh store each time),
+  vs an ``os.scandir`` of the 10,000 journals.
+
+Prints a table of medians and ratios; ``--json PATH`` writes the numbers; ``--quick`` runs
+small sizes in a few seconds (CI's smoke test). Run: ``python benchmarks/store_bench.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+
+from roder_api.events import ItemCompleted, JournalEvent
+from roder_api.threads import ThreadMetadata
+from roder_api.transcript import ContextCompaction, UserMessage
+from roder_jsonl_thread_store import JsonlThreadStoreFactory
+
+_datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+
+TEXT = "lorem ipsum dolor sit amet " * 12  # about 400 bytes per journal line, framed
+
+
+@dataclass
+class Sizes:
+    w1_appends: int
+    w2_per_task: int
+    w3_items: int
+    w4_long: int
+    w4_short: int
+    w5_small: int
+    w5_large: int
+    repeats: int
+
+
+FULL = Sizes(5000, 50, 50_000, 50_000, 500, 1000, 10_000, 5)
+QUICK = Sizes(200, 5, 3000, 3000, 500, 100, 1000, 3)
+
+
+def item(i: int) -> ItemCompleted:
+    return ItemCompleted(f"turn-{i // 4}", UserMessage(f"{i} {TEXT}"))
+
+
+def meta(thread_id: str, at: int = 1_700_000_000_000) -> ThreadMetadata:
+    return ThreadMetadata(thread_id=thread_id, created_at_ms=at, updated_at_ms=at)
+
+
+def median_time(func: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        start = time.perf_counter()
+        func()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+async def amedian_time(func: Callable[[], Awaitable[Any]], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        start = time.perf_counter()
+        await func()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# --- raw baselines --------------------------------------------------------------------------
+
+
+def raw_sync_appends(directory: Path, count: int) -> float:
+    """Return seconds for ``count`` write+fdatasync of one ~400-byte line each."""
+    path = directory / f"raw-{time.monotonic_ns()}.jsonl"
+    line = orjson.dumps({"type": "item_completed", "text": TEXT}) + b"\n"
+    line = line + b" " * max(0, 400 - len(line))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        start = time.perf_counter()
+        for _ in range(count):
+            os.write(fd, line)
+            _datasync(fd)
+        return time.perf_counter() - start
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+def raw_load(path: Path) -> list[Any]:
+    with open(path, "rb") as file:
+        return [orjson.loads(line) for line in file]
+
+
+def raw_tail(path: Path, lines: int = 20) -> list[Any]:
+    with open(path, "rb") as file:
+        size = file.seek(0, os.SEEK_END)
+        chunk = 1 << 14
+        while True:
+            file.seek(max(0, size - chunk))
+            data = file.read()
+            parts = data.split(b"\n")
+            if len(parts) > lines + 1 or chunk >= size:
+                break
+            chunk *= 2
+    return [orjson.loads(line) for line in parts[-lines - 1 : -1]]
+
+
+def raw_scandir(directory: Path) -> int:
+    return sum(1 for entry in os.scandir(directory) if entry.name.endswith(".jsonl"))
+
+
+async def append_many(store: Any, thread_id: str, count: int, returned: list[int]) -> None:
+    for i in range(count):
+        appended = await store.append_events(thread_id, [item(i)])
+        returned.append(appended[0].sequence)
+
+
+# --- the workloads --------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, root: Path, sizes: Sizes) -> None:
+        self.root = root
+        self.sizes = sizes
+        self.rows: list[dict[str, Any]] = []
+        self.counter = 0
+
+    def factory(
+        self, durability: str = "fsync", name: str | None = None
+    ) -> JsonlThreadStoreFactory:
+        self.counter += 1
+        return JsonlThreadStoreFactory(
+            base_path=self.root / (name or f"store-{self.counter}"), durability=durability
+        )
+
+    def row(self, **values: Any) -> None:
+        self.rows.append(values)
+
+    async def w1(self) -> float:
+        n, repeats = self.sizes.w1_appends, self.sizes.repeats
+        raw_times, store_times = [], []
+        for _ in range(repeats):
+            raw_times.append(raw_sync_appends(self.root, n))
+            store = await self.factory("fsync").open()
+            await store.create_thread(meta("w1"))
+            events = [[item(i)] for i in range(n)]
+            start = time.perf_counter()
+            for batch in events:
+                await store.append_events("w1", batch)
+            store_times.append(time.perf_counter() - start)
+            await store.aclose()
+        raw_rate = n / statistics.median(raw_times)
+        store_rate = n / statistics.median(store_times)
+        self.row(
+            workload="W1 single durable appends",
+            unit="appends/s",
+            store=store_rate,
+            raw=raw_rate,
+            ratio=store_rate / raw_rate,
+            target=">= 0.8",
+            met=store_rate / raw_rate >= 0.8,
+        )
+        return raw_rate
+
+    async def w2(self, raw_rate: float) -> None:
+        per_task, repeats = self.sizes.w2_per_task, self.sizes.repeats
+        for threads in (1, 32):
+            times = []
+            for _ in range(repeats):
+                store = await self.factory("group").open()
+                for t in range(threads):
+                    await store.create_thread(meta(f"w2-{t}"))
+                returned: list[int] = []
+                start = time.perf_counter()
+                async with anyio.create_task_group() as group:
+                    for index in range(32):
+                        group.start_soon(
+                            append_many, store, f"w2-{index % threads}", per_task, returned
+                        )
+                times.append(time.perf_counter() - start)
+                total = 32 * per_task
+                assert len(returned) == total
+                # Every commit returned; each was synced before it did (group durability).
+                last = 0
+                for t in range(threads):
+                    last += (await store.get_thread(f"w2-{t}")).last_sequence
+                assert last == total, (last, total)
+                await store.aclose()
+            rate = 32 * per_task / statistics.median(times)
+            self.row(
+                workload=f"W2 32 tasks, group commit, {threads} thread{'s' * (threads > 1)}",
+                unit="commits/s",
+                store=rate,
+                raw=raw_rate,
+                ratio=rate / raw_rate,
+                target=">= 8",
+                met=rate / raw_rate >= 8,
+            )
+
+    async def build_thread(
+        self, factory: JsonlThreadStoreFactory, thread_id: str, items: int, boundary_from_end: int
+    ) -> Path:
+        store = await factory.open()
+        await store.create_thread(meta(thread_id))
+        chunk: list[JournalEvent] = []
+        boundary_at = items - boundary_from_end if boundary_from_end else -1
+        for i in range(items):
+            event = (
+                ItemCompleted("turn", ContextCompaction("summary")) if i == boundary_at else item(i)
+            )
+            chunk.append(JournalEvent(i + 1, 1_700_000_000_000 + i, event))
+            if len(chunk) == 2000:
+                await store.import_events(thread_id, chunk)
+                chunk = []
+        if chunk:
+            await store.import_events(thread_id, chunk)
+        path = store.journal_path(thread_id)
+        await store.aclose()
+        return path
+
+    async def w3(self) -> None:
+        n, repeats = self.sizes.w3_items, self.sizes.repeats
+        factory = self.factory("none")
+        path = await self.build_thread(factory, "w3", n, 0)
+        raw_time = median_time(lambda: raw_load(path), repeats)
+
+        async def load() -> None:
+            store = await factory.open()
+            events = await store.read_events("w3")
+            await store.get_thread("w3")
+            assert len(events) == n
+            await store.aclose()
+
+        store_time = await amedian_time(load, repeats)
+        raw_rate, store_rate = n / raw_time, n / store_time
+        self.row(
+            workload=f"W3 load a {n:,}-item thread (fresh store)",
+            unit="items/s",
+            store=store_rate,
+            raw=raw_rate,
+            ratio=store_rate / raw_rate,
+            target=">= 0.7",
+            met=store_rate / raw_rate >= 0.7,
+        )
+        # Peak memory, each measured alone.
+        gc.collect()
+        tracemalloc.start()
+        kept = raw_load(path)
+        raw_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        del kept
+        gc.collect()
+        store = await factory.open()
+        tracemalloc.start()
+        events = await store.read_events("w3")
+        store_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        del events
+        await store.aclose()
+        self.row(
+            workload="W3 peak memory of the load",
+            unit="MiB",
+            store=store_peak / 2**20,
+            raw=raw_peak / 2**20,
+            ratio=store_peak / raw_peak,
+            target="<= 1.0",
+            met=store_peak <= raw_peak,
+        )
+
+    async def w4(self) -> None:
+        repeats = max(self.sizes.repeats, 5)
+        times: dict[int, float] = {}
+        paths: dict[int, Path] = {}
+        for items in (self.sizes.w4_long, self.sizes.w4_short):
+            factory = self.factory("none")
+            paths[items] = await self.build_thread(factory, "w4", items, 20)
+
+            async def replay(factory: JsonlThreadStoreFactory = factory) -> None:
+                store = await factory.open()
+                events = await store.replay_events("w4")
+                assert len(events) == 20, len(events)
+                await store.aclose()
+
+            times[items] = await amedian_time(replay, repeats)
+        long, short = self.sizes.w4_long, self.sizes.w4_short
+        raw_time = median_time(lambda: raw_tail(paths[long]), repeats)
+        ratio_len = times[long] / times[short]
+        self.row(
+            workload=f"W4 replay {long:,} vs {short:,} items (boundary 20 from end)",
+            unit="ms",
+            store=times[long] * 1000,
+            raw=times[short] * 1000,
+            ratio=ratio_len,
+            target="<= 1.5",
+            met=ratio_len <= 1.5,
+            note="raw column: the short thread",
+        )
+        ratio_raw = times[long] / raw_time
+        self.row(
+            workload=f"W4 replay {long:,} items vs raw tail read",
+            unit="ms",
+            store=times[long] * 1000,
+            raw=raw_time * 1000,
+            ratio=ratio_raw,
+            target="<= 3",
+            met=ratio_raw <= 3,
+        )
+
+    async def w5(self) -> None:
+        repeats = max(self.sizes.repeats, 5)
+        times: dict[int, float] = {}
+        scandir_time = 0.0
+        for count in (self.sizes.w5_small, self.sizes.w5_large):
+            factory = self.factory("none")
+            store = await factory.open()
+            for i in range(count):
+                await store.create_thread(meta(f"w5-{i:06d}", at=1_700_000_000_000 + i))
+            await store.aclose()
+
+            async def first_page(factory: JsonlThreadStoreFactory = factory) -> None:
+                store = await factory.open()
+                page = await store.list_threads(limit=50)
+                assert len(page.threads) == 50 and page.next_cursor
+                await store.aclose()
+
+            times[count] = await amedian_time(first_page, repeats)
+            if count == self.sizes.w5_large:
+                directory = factory.base_path / "threads"
+                scandir_time = median_time(lambda d=directory: raw_scandir(d), repeats)
+        small, large = self.sizes.w5_small, self.sizes.w5_large
+        self.row(
+            workload=f"W5 first page of 50: {large:,} vs {small:,} threads",
+            unit="ms",
+            store=times[large] * 1000,
+            raw=times[small] * 1000,
+            ratio=times[large] / times[small],
+            target="<= 2",
+            met=times[large] / times[small] <= 2,
+            note="raw column: the smaller store",
+        )
+        self.row(
+            workload=f"W5 first page of {large:,} threads vs raw scandir",
+            unit="ms",
+            store=times[large] * 1000,
+            raw=scandir_time * 1000,
+            ratio=times[large] / scandir_time,
+            target="< 1",
+            met=times[large] < scandir_time,
+        )
+
+    async def run(self, only: set[str]) -> None:
+        raw_rate = 0.0
+        if {"w1", "w2"} & only:
+            raw_rate = await self.w1()
+            if "w1" not in only:
+                self.rows.pop()
+        if "w2" in only:
+            await self.w2(raw_rate)
+        if "w3" in only:
+            await self.w3()
+        if "w4" in only:
+            await self.w4()
+        if "w5" in only:
+            await self.w5()
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    header = (
+        f"{'workload':<58} {'store':>12} {'raw':>12} {'unit':<10} {'ratio':>7} {'target':>7}  met"
+    )
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        print(
+            f"{row['workload']:<58} {row['store']:>12,.2f} {row['raw']:>12,.2f} "
+            f"{row['unit']:<10} {row['ratio']:>7.2f} {row['target']:>7}  "
+            f"{'yes' if row['met'] else 'NO'}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (a few seconds)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--dir", metavar="DIR", help="where to put the stores (default: a tmp dir)")
+    parser.add_argument(
+        "--only", default="w1,w2,w3,w4,w5", help="comma list of workloads (default: all)"
+    )
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    root = Path(tempfile.mkdtemp(prefix="roder-bench-", dir=args.dir))
+    bench = Bench(root, sizes)
+    started = time.perf_counter()
+    try:
+        anyio.run(bench.run, set(args.only.split(",")))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    elapsed = time.perf_counter() - started
+    print(f"JSONL store benchmark ({'quick' if args.quick else 'full'}; medians; {elapsed:.1f} s)")
+    print_table(bench.rows)
+    if args.json:
+        Path(args.json).write_text(
+            orjson.dumps(
+                {"quick": args.quick, "python": sys.version.split()[0], "rows": bench.rows},
+                option=orjson.OPT_INDENT_2,
+            ).decode()
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""The listing index: one row per thread in a small SQLite file next to the journals.
+
+The journals are the truth; the index is a cache that makes three things cheap: the first page
+of a listing (a range scan of ``(updated_at_ms, thread_id)``), the metadata of a thread
+(usage, counts, title) and where its last compaction boundary starts, all without reading its
+journal. Each row also records how much of the journal it covers (``size``, ``lines``) and
+which file that was (``inode``, ``head_crc``: the checksum of the first line), so a store
+reading a row can tell whether the journal has grown since (it reads only the new tail) or was
+replaced (it rescans).
+
+The index is written with ``synchronous=NORMAL`` in WAL mode: consistent after a crash, but
+the newest rows may be lost, which the catch-up after a crash repairs (see ``_store``). A
+damaged or unreadable index file is set aside and rebuilt from the journals.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+INDEX_VERSION = 1
+"""The version of the index schema; an index of another version is rebuilt."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS threads (
+    thread_id TEXT PRIMARY KEY,
+    updated_at_ms INTEGER NOT NULL,
+    inode INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    lines INTEGER NOT NULL,
+    head_crc INTEGER NOT NULL,
+    boundary_offset INTEGER NOT NULL,
+    boundary_sequence INTEGER NOT NULL,
+    meta BLOB NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS threads_by_update ON threads (updated_at_ms, thread_id);
+CREATE TABLE IF NOT EXISTS info (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow:
+    """What the index knows of one journal."""
+
+    thread_id: str
+    updated_at_ms: int
+    inode: int
+    size: int
+    lines: int
+    head_crc: int
+    boundary_offset: int
+    boundary_sequence: int
+    meta: bytes
+
+    def values(self) -> tuple[Any, ...]:
+        """Return the row's column values in table order."""
+        return (
+            self.thread_id,
+            self.updated_at_ms,
+            self.inode,
+            self.size,
+            self.lines,
+            self.head_crc,
+            self.boundary_offset,
+            self.boundary_sequence,
+            self.meta,
+        )
+
+
+class IndexUnavailable(Exception):
+    """Raised when the index file cannot be opened or read; the caller rebuilds it."""
+
+
+class ThreadIndex:
+    """The SQLite listing index of one store; safe for many threads and processes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        self.created = False
+
+    def open(self) -> None:
+        """Open (creating if needed) the index; raise ``IndexUnavailable`` when it is bad."""
+        with self._lock:
+            if self._db is not None:
+                return
+            existed = self.path.exists()
+            try:
+                db = sqlite3.connect(
+                    self.path, isolation_level=None, check_same_thread=False, timeout=60.0
+                )
+            except sqlite3.Error as exc:
+                raise IndexUnavailable(str(exc)) from exc
+            try:
+                db.execute("PRAGMA synchronous=NORMAL")
+                row = None
+                if existed:
+                    try:
+                        row = db.execute("SELECT value FROM info WHERE key = 'version'").fetchone()
+                    except sqlite3.OperationalError:
+                        row = None  # no schema yet
+                if row is None:
+                    db.execute("PRAGMA journal_mode=WAL")
+                    db.executescript(_SCHEMA)
+                    db.execute(
+                        "INSERT OR IGNORE INTO info VALUES ('version', ?)", (str(INDEX_VERSION),)
+                    )
+                    existed = False
+                elif row[0] != str(INDEX_VERSION):
+                    raise IndexUnavailable(f"index version {row[0]} is not {INDEX_VERSION}")
+                db.execute("SELECT count(*) FROM threads WHERE 0").fetchone()
+            except (sqlite3.Error, IndexUnavailable) as exc:
+                db.close()
+                raise IndexUnavailable(str(exc)) from exc
+            self._db = db
+            self.created = not existed
+
+    def close(self) -> None:
+        """Close the index connection."""
+        with self._lock:
+            db, self._db = self._db, None
+            if db is not None:
+                db.close()
+
+    @contextmanager
+    def _cursor(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._db is None:
+                raise IndexUnavailable("the index is closed")
+            try:
+                yield self._db
+            except sqlite3.DatabaseError as exc:
+                raise IndexUnavailable(str(exc)) from exc
+
+    def get(self, thread_id: str) -> IndexRow | None:
+        """Return the row of a thread, or None."""
+        with self._cursor() as db:
+            row = db.execute("SELECT * FROM threads WHERE thread_id = ?", (thread_id,)).fetchone()
+        return IndexRow(*row) if row is not None else None
+
+    def put(self, rows: Iterable[IndexRow]) -> None:
+        """Insert or replace rows, in one transaction."""
+        values = [row.values() for row in rows]
+        if not values:
+            return
+        with self._cursor() as db:
+            if len(values) == 1:
+                db.execute("INSERT OR REPLACE INTO threads VALUES (?,?,?,?,?,?,?,?,?)", values[0])
+                return
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany("INSERT OR REPLACE INTO threads VALUES (?,?,?,?,?,?,?,?,?)", values)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def delete(self, thread_id: str) -> None:
+        """Remove a thread's row (nothing when there is none)."""
+        with self._cursor() as db:
+            db.execute("DELETE FROM threads WHERE thread_id = ?", (thread_id,))
+
+    def replace_all(self, rows: Iterable[IndexRow]) -> None:
+        """Replace every row with ``rows``, in one transaction."""
+        with self._cursor() as db:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("DELETE FROM threads")
+                db.executemany(
+                    "INSERT OR REPLACE INTO threads VALUES (?,?,?,?,?,?,?,?,?)",
+                    (row.values() for row in rows),
+                )
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def page(self, before: tuple[int, str] | None, limit: int) -> list[IndexRow]:
+        """Return up to ``limit`` rows newest first, strictly after the cursor ``before``."""
+        with self._cursor() as db:
+            if before is None:
+                cursor = db.execute(
+                    "SELECT * FROM threads ORDER BY updated_at_ms DESC, thread_id DESC LIMIT ?",
+                    (limit,),
+                )
+            else:
+                cursor = db.execute(
+                    "SELECT * FROM threads WHERE (updated_at_ms, thread_id) < (?, ?) "
+                    "ORDER BY updated_at_ms DESC, thread_id DESC LIMIT ?",
+                    (before[0], before[1], limit),
+                )
+            return [IndexRow(*row) for row in cursor.fetchall()]
+
+    def sizes(self) -> dict[str, tuple[int, int, int]]:
+        """Return ``thread_id -> (inode, size, head_crc)`` for every row."""
+        with self._cursor() as db:
+            rows = db.execute("SELECT thread_id, inode, size, head_crc FROM threads").fetchall()
+        return {row[0]: (row[1], row[2], row[3]) for row in rows}

@@ -1,0 +1,247 @@
+"""Scanning a journal: checking every line and folding it into the thread's state.
+
+A scan reads a journal a line at a time from where the known state ends, checks each line's
+framing, checksum, format version and sequence numbers, folds the good ones into the
+metadata (usage, counts, title, times) and remembers where the last compaction boundary
+starts. It stops folding at the first problem and describes it as a :class:`Damage`: a torn
+tail (the last lines are bad, nothing valid after them: a crash mid-write), an unterminated
+last line (valid but missing its newline), or damage that is not safe to cut automatically
+(a bad line followed by valid ones, a sequence gap, a bad first line, a newer format).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, BinaryIO
+
+from roder_api.codec import from_dict
+from roder_api.inference import TokenUsage
+from roder_api.threads import ThreadMetadata
+from roder_api.transcript import is_compaction_boundary
+from roder_jsonl_thread_store._format import FORMAT_VERSION, BadLine, parse_line
+
+TORN_TAIL = "torn_tail"
+UNTERMINATED = "unterminated"
+MID_FILE = "mid_file"
+SEQUENCE = "sequence"
+HEADER = "header"
+NEWER_VERSION = "newer_version"
+
+AUTOMATIC = frozenset({TORN_TAIL, UNTERMINATED})
+"""Damage kinds a store repairs on its own when it opens a journal (under the writer lock)."""
+
+
+@dataclass(slots=True)
+class JournalState:
+    """What is known of a journal up to ``size`` bytes (``lines`` complete lines)."""
+
+    inode: int
+    size: int
+    lines: int
+    head_crc: int
+    metadata: ThreadMetadata
+    boundary_offset: int
+    boundary_sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """The first problem a scan met: where (byte offset, 1-based line) and what."""
+
+    offset: int
+    line: int
+    kind: str
+    reason: str
+    version: int | None = None
+
+    @property
+    def automatic(self) -> bool:
+        """Return True when opening the journal repairs this (a crash mid-write)."""
+        return self.kind in AUTOMATIC
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """The state up to the last good line, and the first damage after it (if any)."""
+
+    state: JournalState | None
+    damage: Damage | None
+    file_size: int
+
+
+def raw_is_boundary(event: Mapping[str, Any]) -> bool:
+    """Return True when an event dict completes a compaction boundary item."""
+    if event.get("type") != "item_completed":
+        return False
+    item = event.get("item")
+    if not isinstance(item, Mapping):
+        return False
+    kind = item.get("type")
+    if kind == "context_compaction":
+        return True
+    if kind != "provider_metadata":
+        return False
+    try:
+        return is_compaction_boundary(from_dict(item))
+    except ValueError:
+        return False
+
+
+def line_crc(line: bytes) -> int:
+    """Return the checksum written in a framed line (0 when it has none)."""
+    try:
+        return int(line[6:14], 16)
+    except ValueError:
+        return 0
+
+
+class _Fold:
+    """Accumulates the metadata of a journal record by record."""
+
+    def __init__(self, state: JournalState | None) -> None:
+        self.meta = state.metadata if state is not None else None
+        meta = self.meta
+        self.usage = meta.usage if meta else TokenUsage()
+        self.items = meta.item_count if meta else 0
+        self.last_seq = meta.last_sequence if meta else 0
+        self.updated = meta.updated_at_ms if meta else 0
+        self.title = meta.title if meta else None
+        self.extra: Mapping[str, Any] = meta.extra if meta else {}
+        self.boundary_offset = state.boundary_offset if state else 0
+        self.boundary_sequence = state.boundary_sequence if state else 0
+        self.head_crc = state.head_crc if state else 0
+
+    def metadata(self) -> ThreadMetadata | None:
+        if self.meta is None:
+            return None
+        return replace(
+            self.meta,
+            title=self.title,
+            extra=self.extra,
+            updated_at_ms=self.updated,
+            usage=self.usage,
+            item_count=self.items,
+            last_sequence=self.last_seq,
+        )
+
+    def add(self, record: dict[str, Any], offset: int, number: int, raw: bytes) -> str | None:
+        """Fold one record; return the kind of damage it is, or None when it is good."""
+        kind = record.get("k")
+        if self.meta is None:
+            if kind != "create" or not isinstance(record.get("meta"), Mapping):
+                return HEADER
+            try:
+                base = from_dict(record["meta"])
+            except ValueError:
+                return HEADER
+            if not isinstance(base, ThreadMetadata):
+                return HEADER
+            self.meta = replace(base, usage=TokenUsage(), item_count=0, last_sequence=0)
+            self.updated = base.updated_at_ms
+            self.title, self.extra = base.title, base.extra
+            self.head_crc = line_crc(raw)
+            return None
+        if kind == "events":
+            seq = record.get("seq")
+            events = record.get("events")
+            if seq != self.last_seq + 1 or not isinstance(events, list) or not events:
+                return SEQUENCE
+            for index, event in enumerate(events):
+                etype = event.get("type") if isinstance(event, dict) else None
+                if etype == "usage_updated":
+                    try:
+                        self.usage = self.usage + from_dict(event["usage"])
+                    except (KeyError, ValueError, TypeError):
+                        return SEQUENCE
+                elif etype == "item_completed":
+                    self.items += 1
+                    if raw_is_boundary(event):
+                        self.boundary_offset = offset
+                        self.boundary_sequence = seq + index
+            self.last_seq = seq + len(events) - 1
+            t = record.get("t")
+            if isinstance(t, int) and t > self.updated:
+                self.updated = t
+        elif kind == "meta":
+            if "title" in record:
+                self.title = record["title"]
+            if "extra" in record:
+                self.extra = record["extra"]
+            t = record.get("t")
+            if isinstance(t, int) and t > self.updated:
+                self.updated = t
+        # Other kinds are extensions of a newer minor version: kept, skipped.
+        return None
+
+
+_REASONS = {
+    HEADER: "the first line is not a valid create record",
+    SEQUENCE: "the sequence numbers do not continue the journal",
+}
+
+
+def scan(
+    file: BinaryIO, inode: int, start: JournalState | None, *, full_check: bool = False
+) -> ScanResult:
+    """Scan ``file`` from where ``start`` ends (the beginning when None).
+
+    Streams the file a line at a time. After the first bad line it only looks for a valid
+    line further on (which makes the damage mid-file); with ``full_check`` it does the same
+    after a sequence problem (for fsck, which reports but never raises).
+    """
+    fold = _Fold(start)
+    position = start.size if start is not None else 0
+    number = start.lines if start is not None else 0
+    good_end, good_lines = position, number
+    damage: Damage | None = None
+    file.seek(position)
+    for raw in file:
+        offset = position
+        position += len(raw)
+        number += 1
+        terminated = raw[-1:] == b"\n"
+        body = raw[:-1] if terminated else raw
+        try:
+            record = parse_line(body)
+        except BadLine as exc:
+            if damage is None:
+                damage = Damage(offset, number, TORN_TAIL, str(exc))
+            continue
+        if damage is not None:
+            if damage.kind in (TORN_TAIL, UNTERMINATED):
+                damage = replace(damage, kind=MID_FILE)
+            break
+        version = record.get("v")
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            damage = Damage(
+                offset,
+                number,
+                NEWER_VERSION,
+                f"format version {version!r} is newer than {FORMAT_VERSION}",
+                version if isinstance(version, int) else None,
+            )
+            break
+        if not terminated:
+            damage = Damage(offset, number, UNTERMINATED, "the last line has no newline")
+            continue
+        problem = fold.add(record, offset, number, body)
+        if problem is not None:
+            damage = Damage(offset, number, problem, _REASONS[problem])
+            if not full_check:
+                break
+            continue
+        good_end, good_lines = position, number
+    metadata = fold.metadata()
+    state = None
+    if metadata is not None:
+        state = JournalState(
+            inode=inode,
+            size=good_end,
+            lines=good_lines,
+            head_crc=fold.head_crc,
+            metadata=metadata,
+            boundary_offset=fold.boundary_offset,
+            boundary_sequence=fold.boundary_sequence,
+        )
+    return ScanResult(state, damage, position)

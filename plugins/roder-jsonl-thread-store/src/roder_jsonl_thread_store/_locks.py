@@ -1,0 +1,163 @@
+"""Cross-process locks: one lock file per thread, and liveness markers of writer sessions.
+
+On POSIX the locks are ``flock(2)`` locks, taken on a freshly opened descriptor of the lock
+file and dropped by closing it. The kernel releases the lock of a process that dies, however
+it dies, so a lock left by a dead process never blocks anyone. ``filelock`` takes the very
+same kind of lock; we call ``flock`` directly on the append path because ``filelock`` 4 spends
+30-90 microseconds per acquire and release on fork and path checks (measured on ext4 here),
+which is a fifth to a half of an ``fdatasync``. Where ``fcntl`` does not exist (Windows),
+``filelock.FileLock`` does the job.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import TracebackType
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]  # the filelock fallback below takes over
+
+from filelock import FileLock
+
+HAVE_FLOCK = fcntl is not None
+"""True when sessions can be told alive or dead (POSIX ``flock``)."""
+
+
+class ProcessLock:
+    """An exclusive lock on ``path`` held by one thread of one process at a time.
+
+    Use it as a context manager; it blocks until the lock is free. Re-entry is not supported.
+    """
+
+    __slots__ = ("_fd", "_fallback", "path")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._fallback: FileLock | None = None
+
+    def __enter__(self) -> ProcessLock:
+        if fcntl is None:  # pragma: no cover - Windows
+            self._fallback = FileLock(self.path)
+            self._fallback.acquire()
+            return self
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._fallback is not None:  # pragma: no cover - Windows
+            self._fallback.release()
+            self._fallback = None
+            return
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the last descriptor drops the flock
+
+
+class Session:
+    """A marker file locked for as long as this store may leave the index behind its journals.
+
+    A store registers one before its first write and removes it on close. Whoever finds a
+    marker whose lock can be taken knows its owner died (possibly between a journal write and
+    the matching index update) and catches the index up from the journals.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.path: Path | None = None
+        self._fd: int | None = None
+
+    def start(self) -> None:
+        """Create and lock this session's marker (made visible only once it is locked)."""
+        if fcntl is None or self._fd is not None:  # pragma: no cover - Windows: no markers
+            return
+        name = f"{os.getpid()}-{os.urandom(6).hex()}"
+        hidden = self.directory / f".{name}.tmp"
+        fd = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            final = self.directory / f"{name}.session"
+            os.rename(hidden, final)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self.path = final
+
+    def end(self) -> None:
+        """Remove this session's marker: everything it wrote is in the index."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            if self.path is not None:
+                os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(fd)
+
+    def abandon(self) -> None:
+        """Release the marker's lock but keep the file: the next opener will catch up."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+def dead_sessions(directory: Path, own: Path | None) -> list[tuple[Path, int]]:
+    """Return the markers of sessions whose process died, each with a descriptor locking it.
+
+    The caller catches the index up, then calls :func:`bury` on each.
+    """
+    if fcntl is None:  # pragma: no cover - Windows: no markers, callers always catch up
+        return []
+    found: list[tuple[Path, int]] = []
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        if not entry.name.endswith(".session"):
+            continue
+        path = Path(entry.path)
+        if own is not None and path == own:
+            continue
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)  # alive
+            continue
+        except BaseException:
+            os.close(fd)
+            raise
+        found.append((path, fd))
+    return found
+
+
+def bury(sessions: list[tuple[Path, int]]) -> None:
+    """Remove the markers of dead sessions found by :func:`dead_sessions`."""
+    for path, fd in sessions:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(fd)

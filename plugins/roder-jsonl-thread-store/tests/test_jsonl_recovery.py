@@ -1,0 +1,149 @@
+"""Recovery of the JSONL store: torn and unterminated tails, mid-file damage, newer formats."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from roder_api.errors import StoreCorruptedError, StoreError
+from roder_api.events import ItemCompleted
+from roder_api.threads import ThreadMetadata
+from roder_api.transcript import UserMessage
+from roder_jsonl_thread_store import JsonlThreadStoreFactory
+from roder_jsonl_thread_store._format import encode_record
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def factory(tmp_path: Path) -> JsonlThreadStoreFactory:
+    return JsonlThreadStoreFactory(base_path=tmp_path / "store")
+
+
+def msg(i: int) -> ItemCompleted:
+    return ItemCompleted("turn", UserMessage(f"message {i}"))
+
+
+async def journal_with(factory: JsonlThreadStoreFactory, thread_id: str, count: int) -> Path:
+    store = await factory.open()
+    await store.create_thread(ThreadMetadata(thread_id, 1000, 1000))
+    for i in range(count):
+        await store.append_events(thread_id, [msg(i)])
+    path = store.journal_path(thread_id)
+    await store.aclose()
+    return path
+
+
+async def test_a_reader_cuts_a_torn_tail_and_says_how_many_bytes(
+    factory: JsonlThreadStoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = await journal_with(factory, "torn", 3)
+    intact = path.read_bytes()
+    torn = encode_record({"v": 1, "k": "events", "seq": 4, "t": 5, "events": []})[:37]
+    path.write_bytes(intact + torn)
+    store = await factory.open()
+    with caplog.at_level(logging.WARNING, logger="roder.jsonl"):
+        events = await store.read_events("torn")
+    assert [e.sequence for e in events] == [1, 2, 3]
+    assert f"({len(torn)} bytes removed)" in caplog.text and str(path) in caplog.text
+    assert path.read_bytes() == intact
+    assert (await store.get_thread("torn")).last_sequence == 3
+    assert [e.sequence for e in await store.append_events("torn", [msg(9)])] == [4]
+    await store.aclose()
+
+
+async def test_garbage_after_the_last_line_is_cut(factory: JsonlThreadStoreFactory) -> None:
+    path = await journal_with(factory, "junk", 2)
+    intact = path.read_bytes()
+    path.write_bytes(intact + b"\x00\x00\x00garbage")
+    store = await factory.open()
+    assert (await store.get_thread("junk")).last_sequence == 2
+    assert path.read_bytes() == intact
+    await store.aclose()
+
+
+async def test_an_unterminated_valid_last_line_keeps_its_record(
+    factory: JsonlThreadStoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = await journal_with(factory, "nl", 2)
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-1])
+    store = await factory.open()
+    with caplog.at_level(logging.WARNING, logger="roder.jsonl"):
+        assert [e.sequence for e in await store.read_events("nl")] == [1, 2]
+    assert "missing newline" in caplog.text
+    assert path.read_bytes() == whole
+    await store.aclose()
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["fresh-store", "same-store"])
+async def test_mid_file_damage_names_file_and_line_and_cuts_nothing(
+    factory: JsonlThreadStoreFactory, fresh: bool
+) -> None:
+    store = await factory.open()
+    await store.create_thread(ThreadMetadata("mid", 1000, 1000))
+    for i in range(4):
+        await store.append_events("mid", [msg(i)])
+    path = store.journal_path("mid")
+    lines = path.read_bytes().split(b"\n")
+    lines[2] = lines[2][:10] + b"#" + lines[2][11:]  # line 3: a flipped byte in the framing
+    damaged = b"\n".join(lines)
+    path.write_bytes(damaged)
+    if fresh:
+        await store.aclose()
+        store = await factory.open()
+    with pytest.raises(StoreCorruptedError) as info:
+        await store.read_events("mid")
+    assert info.value.line == 3 and str(path) in str(info.value)
+    assert "roder fsck --repair" in str(info.value)
+    with pytest.raises(StoreCorruptedError):
+        await store.append_events("mid", [msg(9)])
+    assert path.read_bytes() == damaged
+    await store.aclose()
+
+
+async def test_damage_found_when_the_journal_is_scanned_is_refused(
+    factory: JsonlThreadStoreFactory,
+) -> None:
+    path = await journal_with(factory, "scan", 3)
+    (factory.base_path / "index.sqlite3").unlink()  # no index: the open scans every line
+    lines = path.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(b"message 0", b"messagX 0")  # checksum mismatch, line 2
+    path.write_bytes(b"\n".join(lines))
+    store = await factory.open()
+    with pytest.raises(StoreCorruptedError) as info:
+        await store.get_thread("scan")
+    assert info.value.line == 2
+    await store.aclose()
+
+
+async def test_a_newer_major_version_is_refused_and_kept(factory: JsonlThreadStoreFactory) -> None:
+    path = await journal_with(factory, "v2", 1)
+    newer = encode_record({"v": 2, "k": "events", "seq": 2, "t": 1, "events": []})
+    path.write_bytes(path.read_bytes() + newer)
+    before = path.read_bytes()
+    store = await factory.open()
+    with pytest.raises(StoreError, match=r"format version 2 by a newer Roder.*upgrade roder"):
+        await store.read_events("v2")
+    with pytest.raises(StoreError, match="newer Roder"):
+        await store.append_events("v2", [msg(1)])
+    assert path.read_bytes() == before
+    await store.aclose()
+
+
+async def test_records_of_an_unknown_kind_in_the_same_major_version_are_skipped(
+    factory: JsonlThreadStoreFactory,
+) -> None:
+    path = await journal_with(factory, "ext", 1)
+    path.write_bytes(path.read_bytes() + encode_record({"v": 1, "k": "bookmark", "at": 1}))
+    store = await factory.open()
+    assert [e.sequence for e in await store.read_events("ext")] == [1]
+    assert [e.sequence for e in await store.append_events("ext", [msg(2)])] == [2]
+    await store.aclose()
