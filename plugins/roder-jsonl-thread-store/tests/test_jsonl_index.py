@@ -89,9 +89,9 @@ async def test_a_missing_or_unreadable_index_is_rebuilt_from_the_journals(
     await store.aclose()
     index = factory.base_path / "index.sqlite3"
     for suffix in ("-wal", "-shm"):
-        Path(str(index) + suffix).unlink(missing_ok=True)
+        Path(str(index) + suffix).unlink(missing_ok=True)  # noqa: ASYNC240 - test setup
     if damage == "deleted":
-        index.unlink()
+        index.unlink()  # noqa: ASYNC240 - test setup
     else:
         index.write_bytes(b"this is not a database" * 100)
     store = await factory.open()

@@ -180,8 +180,8 @@ async def test_a_dead_writers_torn_tail_is_cut_when_the_thread_is_next_used(
     store = await JsonlThreadStoreFactory(base).open()
     await store.append_events("t", [ItemCompleted("t", UserMessage("kept"))])
     path = store.journal_path("t")
-    with open(path, "ab") as file:
-        file.write(b'{"c":"0000')  # what a writer killed mid-write leaves
+    # What a writer killed mid-write leaves.
+    path.write_bytes(path.read_bytes() + b'{"c":"0000')
     started = time.monotonic()
     fresh = await JsonlThreadStoreFactory(base).open()
     assert [

@@ -99,7 +99,8 @@ def line_crc(line: bytes) -> int:
 class _Fold:
     """Accumulates the metadata of a journal record by record."""
 
-    def __init__(self, state: JournalState | None) -> None:
+    def __init__(self, state: JournalState | None, thread_id: str | None) -> None:
+        self.thread_id = thread_id
         self.meta = state.metadata if state is not None else None
         meta = self.meta
         self.usage = meta.usage if meta else TokenUsage()
@@ -136,6 +137,8 @@ class _Fold:
             except ValueError:
                 return HEADER
             if not isinstance(base, ThreadMetadata):
+                return HEADER
+            if self.thread_id is not None and base.thread_id != self.thread_id:
                 return HEADER
             self.meta = replace(base, usage=TokenUsage(), item_count=0, last_sequence=0)
             self.updated = base.updated_at_ms
@@ -176,13 +179,18 @@ class _Fold:
 
 
 _REASONS = {
-    HEADER: "the first line is not a valid create record",
+    HEADER: "the first line is not a valid create record of this thread",
     SEQUENCE: "the sequence numbers do not continue the journal",
 }
 
 
 def scan(
-    file: BinaryIO, inode: int, start: JournalState | None, *, full_check: bool = False
+    file: BinaryIO,
+    inode: int,
+    start: JournalState | None,
+    *,
+    thread_id: str | None = None,
+    full_check: bool = False,
 ) -> ScanResult:
     """Scan ``file`` from where ``start`` ends (the beginning when None).
 
@@ -190,7 +198,7 @@ def scan(
     line further on (which makes the damage mid-file); with ``full_check`` it does the same
     after a sequence problem (for fsck, which reports but never raises).
     """
-    fold = _Fold(start)
+    fold = _Fold(start, thread_id)
     position = start.size if start is not None else 0
     number = start.lines if start is not None else 0
     good_end, good_lines = position, number

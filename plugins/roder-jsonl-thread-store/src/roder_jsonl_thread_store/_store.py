@@ -566,7 +566,7 @@ class JsonlThreadStore(ThreadStore):
                 if force_index:
                     self._put_rows([self._row(thread_id, base)])
                 return base
-            result = scan(file, st.st_ino, base)
+            result = scan(file, st.st_ino, base, thread_id=thread_id)
         damage = result.damage
         if damage is not None:
             self._states.pop(thread_id, None)
@@ -1081,7 +1081,7 @@ class JsonlThreadStore(ThreadStore):
                 raise ThreadNotFoundError(thread_id) from None
             with file:
                 st = os.fstat(file.fileno())
-                result = scan(file, st.st_ino, None, full_check=True)
+                result = scan(file, st.st_ino, None, thread_id=thread_id, full_check=True)
             try:
                 row = self._index.get(thread_id)
             except IndexUnavailable:
@@ -1120,7 +1120,7 @@ class JsonlThreadStore(ThreadStore):
                 raise ThreadNotFoundError(thread_id) from None
             with file:
                 st = os.fstat(file.fileno())
-                result = scan(file, st.st_ino, None)
+                result = scan(file, st.st_ino, None, thread_id=thread_id)
             self._states.pop(thread_id, None)
             damage = result.damage
             repair = ThreadRepair(thread_id)
@@ -1204,7 +1204,7 @@ class JsonlThreadStore(ThreadStore):
                 return False
             with file:
                 st = os.fstat(file.fileno())
-                result = scan(file, st.st_ino, None)
+                result = scan(file, st.st_ino, None, thread_id=thread_id)
             if result.state is not None and result.damage is None:
                 self._index.put([self._row(thread_id, result.state)])
                 self._states[thread_id] = result.state
