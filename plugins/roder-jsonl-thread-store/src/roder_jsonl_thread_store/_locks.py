@@ -34,7 +34,7 @@ class ProcessLock:
 
     __slots__ = ("_fd", "_fallback", "path")
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = path
         self._fd: int | None = None
         self._fallback: FileLock | None = None
