@@ -43,21 +43,6 @@ CREATE TABLE IF NOT EXISTS info (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITH
 """
 
 
-_UPSERT_NEWER = """
-INSERT INTO threads VALUES (?,?,?,?,?,?,?,?,?)
-ON CONFLICT (thread_id) DO UPDATE SET
-    updated_at_ms = excluded.updated_at_ms,
-    inode = excluded.inode,
-    size = excluded.size,
-    lines = excluded.lines,
-    head_crc = excluded.head_crc,
-    boundary_offset = excluded.boundary_offset,
-    boundary_sequence = excluded.boundary_sequence,
-    meta = excluded.meta
-WHERE excluded.inode != threads.inode OR excluded.size > threads.size
-"""
-
-
 @dataclass(frozen=True, slots=True)
 class IndexRow:
     """What the index knows of one journal."""
@@ -171,24 +156,6 @@ class ThreadIndex:
             db.execute("BEGIN IMMEDIATE")
             try:
                 db.executemany("INSERT OR REPLACE INTO threads VALUES (?,?,?,?,?,?,?,?,?)", values)
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-
-    def put_newer(self, rows: Iterable[IndexRow]) -> None:
-        """Insert rows, or replace those that describe less of the same journal file.
-
-        For rows written after the writer lock was released: a row another writer stored
-        meanwhile for more of the journal is kept.
-        """
-        values = [row.values() for row in rows]
-        if not values:
-            return
-        with self._cursor() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.executemany(_UPSERT_NEWER, values)
             except BaseException:
                 db.execute("ROLLBACK")
                 raise

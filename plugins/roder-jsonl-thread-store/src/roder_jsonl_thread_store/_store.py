@@ -380,13 +380,6 @@ class JsonlThreadStore(ThreadStore):
         self._queue: list[_Commit] = []
         self._leading = False
         self._pool: ThreadPoolExecutor | None = None
-        # Index rows of committed appends, written by a background thread (see _queue_rows).
-        self._pending_rows: dict[str, IndexRow] = {}
-        self._pending_lock = threading.Lock()
-        self._flush_lock = threading.Lock()
-        self._flush_wake = threading.Event()
-        self._flusher: threading.Thread | None = None
-        self._flusher_stop = False
         # A test seam for crash tests: called after a journal write is synced and before the
         # index is updated (a real child process SIGKILLs itself here).
         self._after_journal_write: Callable[[str], None] | None = None
@@ -527,9 +520,6 @@ class JsonlThreadStore(ThreadStore):
         )
 
     def _put_rows(self, rows: Iterable[IndexRow]) -> None:
-        rows = list(rows)
-        for row in rows:
-            self._drop_pending(row.thread_id)
         try:
             self._index.put(rows)
         except IndexUnavailable as exc:
@@ -537,56 +527,8 @@ class JsonlThreadStore(ThreadStore):
             self._index_behind = True
             log.warning("could not update the JSONL index (%s); it will be caught up", exc)
 
-    def _queue_rows(self, rows: list[IndexRow]) -> None:
-        """Hand the index rows of committed appends to the background index writer.
-
-        The append returns without waiting for SQLite: the journal is the truth, a reader
-        of the thread checks the journal's size anyway, listings in this process flush
-        first, and if this process dies before the rows are written its session marker
-        makes the next store catch the index up. On ext4 here the index update is a third
-        of a commit's CPU time; in the background it overlaps the next commit's sync.
-        """
-        if not rows:
-            return
-        with self._pending_lock:
-            for row in rows:
-                self._pending_rows[row.thread_id] = row
-            if self._flusher is None:
-                self._flusher = threading.Thread(
-                    target=self._flush_loop, name="roder-jsonl-index", daemon=True
-                )
-                self._flusher.start()
-        self._flush_wake.set()
-
-    def _flush_loop(self) -> None:
-        while True:
-            self._flush_wake.wait()
-            self._flush_wake.clear()
-            self._flush_rows()
-            if self._flusher_stop:
-                return
-
-    def _flush_rows(self) -> None:
-        """Write the pending index rows (only over rows that know less of the journal)."""
-        with self._flush_lock:
-            with self._pending_lock:
-                rows, self._pending_rows = self._pending_rows, {}
-            if not rows:
-                return
-            try:
-                self._index.put_newer(rows.values())
-            except IndexUnavailable as exc:
-                self._index_behind = True
-                log.warning("could not update the JSONL index (%s); it will be caught up", exc)
-
     def _delete_row(self, thread_id: str) -> None:
-        self._drop_pending(thread_id)
         self._index.delete(thread_id)
-
-    def _drop_pending(self, thread_id: str) -> None:
-        """Forget a pending row: the caller is about to write an authoritative one."""
-        with self._pending_lock:
-            self._pending_rows.pop(thread_id, None)
 
     def _start_session(self) -> None:
         if not self._session_started:
@@ -789,7 +731,7 @@ class JsonlThreadStore(ThreadStore):
                 if self._after_journal_write is not None:
                     self._after_journal_write(entry.thread_id)
                 rows.append(self._row(entry.thread_id, entry.after))
-            self._queue_rows(rows)
+            self._put_rows(rows)
         finally:
             for entry in reversed(held):
                 try:
@@ -1063,17 +1005,26 @@ class JsonlThreadStore(ThreadStore):
         limit: int | None,
         mode: str,
     ) -> list[JournalEvent]:
-        """Return events with ``after < sequence < before`` (``mode``: all, replay, seek)."""
-        state = self._state(thread_id)
+        """Return events with ``after < sequence < before`` (``mode``: replay or seek)."""
         path = self.journal_path(thread_id)
-        last = state.metadata.last_sequence
-        if after >= last:
-            return []
         try:
-            file = open(path, "rb")
+            file = open(self._journal_file(thread_id), "rb")
         except FileNotFoundError:
+            with self._guard(thread_id):
+                self._states.pop(thread_id, None)
             raise ThreadNotFoundError(thread_id) from None
         with file:
+            st = os.fstat(file.fileno())
+            state = self._states.get(thread_id)
+            if (
+                state is None
+                or state.inode != st.st_ino
+                or state.size != st.st_size
+                or thread_id in self._damaged
+            ):
+                state = self._state(thread_id)
+            if after >= state.metadata.last_sequence:
+                return []
             offset = 0
             if mode == "replay":
                 offset = state.boundary_offset
@@ -1101,6 +1052,7 @@ class JsonlThreadStore(ThreadStore):
         make = _journal_event
         end = state.size
         stop = before if before is not None else state.metadata.last_sequence + 1
+        room = limit if limit is not None else state.metadata.last_sequence + 1
         position = offset
         number = 0
         file.seek(offset)
@@ -1110,11 +1062,11 @@ class JsonlThreadStore(ThreadStore):
             if position > end:
                 break
             try:
-                if raw[:6] != _PREFIX or raw[14:20] != _MIDDLE or raw[-2:] != _TAIL:
-                    raise ValueError("bad framing")
+                # A line cut short or with a damaged checksum field fails the hex parse or
+                # the checksum; fsck also compares the frame byte for byte.
                 body = raw[20:-2]
-                if crc32(body) != int(raw[6:14], 16):
-                    raise ValueError("checksum mismatch")
+                if crc32(body) != int(raw[6:14], 16) or raw[-2:] != _TAIL:
+                    raise ValueError("bad framing or checksum mismatch")
                 record = loads(body)
                 if record["v"] > FORMAT_VERSION:
                     raise StoreError(
@@ -1125,7 +1077,20 @@ class JsonlThreadStore(ThreadStore):
                     continue
                 seq = record["seq"]
                 events = record["events"]
-                if seq + len(events) <= after + 1:
+                count = len(events)
+                if seq > after and seq + count <= stop and count <= room:
+                    # The common case: the whole line is wanted.
+                    t = record["t"]
+                    if count == 1:
+                        append(make(seq, t, decode(events[0])))
+                    else:
+                        for index, event in enumerate(events):
+                            append(make(seq + index, t, decode(event)))
+                    room -= count
+                    if room == 0:
+                        return out
+                    continue
+                if seq + count <= after + 1:
                     continue
                 if seq >= stop:
                     break
@@ -1137,7 +1102,8 @@ class JsonlThreadStore(ThreadStore):
                     if sequence >= stop:
                         return out
                     append(make(sequence, t, decode(event)))
-                    if limit is not None and len(out) >= limit:
+                    room -= 1
+                    if room == 0:
                         return out
             except (ValueError, KeyError, TypeError) as exc:
                 where = f"line {number}" if offset == 0 else f"byte {position - len(raw)}"
@@ -1168,7 +1134,6 @@ class JsonlThreadStore(ThreadStore):
     def _list_sync(self, cursor: str | None, limit: int) -> ThreadPage:
         position = decode_cursor(cursor) if cursor else None
         self._ensure_ready()
-        self._flush_rows()
         self._check_sessions(force=not HAVE_FLOCK)
         try:
             rows = self._index.page(position, limit + 1)
@@ -1510,12 +1475,7 @@ class JsonlThreadStore(ThreadStore):
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
-        flusher = self._flusher
-        if flusher is not None:
-            self._flusher_stop = True
-            self._flush_wake.set()
-            flusher.join()
-        self._flush_rows()
+
         if self._index_behind:
             self._session.abandon()
         else:
