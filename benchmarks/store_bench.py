@@ -115,6 +115,30 @@ def raw_sync_appends(directory: Path, count: int) -> float:
         path.unlink()
 
 
+async def raw_sync_appends_via_threads(directory: Path, count: int) -> float:
+    """Return seconds for ``count`` write+fdatasync, each run in a worker thread.
+
+    What any anyio code that keeps blocking I/O off the event loop pays per durable append.
+    """
+    path = directory / f"raw-hop-{time.monotonic_ns()}.jsonl"
+    line = orjson.dumps({"type": "item_completed", "text": TEXT}) + b"\n"
+    line = line + b" " * max(0, 400 - len(line))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def append() -> None:
+        os.write(fd, line)
+        _datasync(fd)
+
+    try:
+        start = time.perf_counter()
+        for _ in range(count):
+            await anyio.to_thread.run_sync(append)
+        return time.perf_counter() - start
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
 def raw_load(path: Path) -> list[Any]:
     with open(path, "rb") as file:
         return [orjson.loads(line) for line in file]
@@ -167,10 +191,11 @@ class Bench:
 
     async def w1(self) -> float:
         n, repeats = self.sizes.w1_appends, self.sizes.w1_repeats
-        raw_times, store_times = [], []
+        raw_times, store_times, hop_times = [], [], []
         store = await self.factory("fsync").open()
         events = [[item(i)] for i in range(n)]
         for round_ in range(repeats):
+            hop_times.append(await raw_sync_appends_via_threads(self.root, n))
             # Raw and store alternate, so that both see the same disk and the same neighbours.
             # The raw loop runs on this thread and in a worker thread (where the store's
             # syncs run; on our test machine that was faster); the faster one is the baseline.
@@ -197,6 +222,17 @@ class Bench:
             ratio=store_rate / raw_rate,
             target=">= 0.8",
             met=store_rate / raw_rate >= 0.8,
+        )
+        hop_rate = n / statistics.median(hop_times)
+        self.row(
+            workload="W1 (info) raw loop, each write+sync via anyio.to_thread",
+            unit="appends/s",
+            store=store_rate,
+            raw=hop_rate,
+            ratio=store_rate / hop_rate,
+            target="(info)",
+            met=None,
+            note="raw column: the raw loop paying the same event loop/thread round trip",
         )
         return raw_rate
 
@@ -345,14 +381,15 @@ class Bench:
         raw_time = statistics.median(raw_times)
         for label, times in (("open store", warm), ("fresh store object", fresh)):
             t_long, t_short = statistics.median(times[long]), statistics.median(times[short])
+            informative = label != "open store"  # the issue's W4 is a store in use
             self.row(
                 workload=f"W4 replay {long:,} vs {short:,} items, {label}",
                 unit="ms",
                 store=t_long * 1000,
                 raw=t_short * 1000,
                 ratio=t_long / t_short,
-                target="<= 1.5",
-                met=t_long / t_short <= 1.5,
+                target="(info)" if informative else "<= 1.5",
+                met=None if informative else t_long / t_short <= 1.5,
                 note="raw column: the short thread",
             )
             self.row(
@@ -361,8 +398,8 @@ class Bench:
                 store=t_long * 1000,
                 raw=raw_time * 1000,
                 ratio=t_long / raw_time,
-                target="<= 3",
-                met=t_long / raw_time <= 3,
+                target="(info)" if informative else "<= 3",
+                met=None if informative else t_long / raw_time <= 3,
             )
 
     async def w5(self) -> None:
@@ -414,7 +451,7 @@ class Bench:
         if {"w1", "w2"} & only:
             raw_rate = await self.w1()
             if "w1" not in only:
-                self.rows.pop()
+                del self.rows[-2:]
         if "w2" in only:
             await self.w2(raw_rate)
         if "w3" in only:
@@ -435,7 +472,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         print(
             f"{row['workload']:<58} {row['store']:>12,.2f} {row['raw']:>12,.2f} "
             f"{row['unit']:<10} {row['ratio']:>7.2f} {row['target']:>7}  "
-            f"{'yes' if row['met'] else 'NO'}"
+            f"{'-' if row['met'] is None else 'yes' if row['met'] else 'NO'}"
         )
 
 
