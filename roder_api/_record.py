@@ -140,6 +140,7 @@ def _compile_decoder(cls: type[Record]) -> Callable[[Mapping[str, Any]], Any]:
         "_new": object.__new__,
         "_general": _decode_general,
         "_set_unknown": _slot_setter(cls, "unknown_fields"),
+        "_DECODERS": _DECODERS,
     }
     lines = [
         "def decode(data):",
@@ -153,7 +154,13 @@ def _compile_decoder(cls: type[Record]) -> Callable[[Mapping[str, Any]], Any]:
     for index, name in enumerate(names):
         namespace[f"_set{index}"] = _slot_setter(cls, name)
         decoder = cls._decoders.get(name)
-        if decoder is not None:
+        if decoder is from_dict:
+            # A nested record: dispatch on its tag here, saving a call per level.
+            lines.append("    try:")
+            lines.append(f"        v{index} = _DECODERS[v{index}['type']](v{index})")
+            lines.append("    except (KeyError, TypeError, ValueError):")
+            lines.append("        return _general(_cls, data)")
+        elif decoder is not None:
             namespace[f"_dec{index}"] = decoder
             lines.append("    try:")
             lines.append(f"        v{index} = _dec{index}(v{index})")
