@@ -10,6 +10,7 @@ from roder_runtime._cli._common import (
     EXIT_FAILURE,
     EXIT_OK,
     CommandError,
+    add_command,
     add_json_flag,
     open_runtime,
     print_json,
@@ -21,7 +22,8 @@ _CAPABILITIES = ("journal_ids", "check_thread", "repair_thread", "reindex_thread
 
 def register(subparsers: Any) -> None:
     """Add the ``fsck`` command."""
-    parser = subparsers.add_parser(
+    parser = add_command(
+        subparsers,
         "fsck",
         help="check the thread journals (and repair them)",
         description=(
@@ -30,8 +32,7 @@ def register(subparsers: Any) -> None:
             "damage is left. --repair moves a damaged tail to a quarantine file next to its "
             "journal (it never deletes data); --reindex rebuilds the listing index."
         ),
-        epilog=("examples:\n  roder fsck\n  roder fsck --repair\n  roder fsck --reindex --json"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=("roder fsck", "roder fsck --repair", "roder fsck --reindex --json"),
     )
     parser.add_argument(
         "--repair",
