@@ -615,6 +615,10 @@ class JsonlThreadStore(ThreadStore):
                     self._put_rows([self._row(thread_id, base)])
                 return base
             result = scan(file, st.st_ino, base, thread_id=thread_id)
+            if result.damage is not None and base is not None:
+                # Judge damage from the first line, never from a remembered offset: a repair
+                # elsewhere may have cut the journal below it and written it again.
+                result = scan(file, st.st_ino, None, thread_id=thread_id)
         damage = result.damage
         if damage is not None:
             self._states.pop(thread_id, None)
