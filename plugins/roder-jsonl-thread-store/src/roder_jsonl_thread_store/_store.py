@@ -50,7 +50,7 @@ from roder_api.errors import (
     ThreadNotFoundError,
     UnserializableEventError,
 )
-from roder_api.events import Event, JournalEvent, is_boundary_event
+from roder_api.events import Event, ItemCompleted, JournalEvent, UsageUpdated, is_boundary_event
 from roder_api.inference import TokenUsage
 from roder_api.threads import (
     UNSET,
@@ -61,7 +61,6 @@ from roder_api.threads import (
     ThreadStoreFactory,
     decode_cursor,
     encode_cursor,
-    fold_metadata,
     validate_thread_id,
 )
 from roder_jsonl_thread_store._format import (
@@ -287,11 +286,35 @@ class _Held:
 def _advance(state: JournalState, line: bytes, entries: Sequence[JournalEvent]) -> None:
     """Fold one appended events line into ``state`` (in place)."""
     offset = state.size
-    state.metadata = fold_metadata(state.metadata, entries)
+    meta = state.metadata
+    usage = meta.usage
+    items = meta.item_count
+    updated = meta.updated_at_ms
     for entry in entries:
-        if is_boundary_event(entry.event):
-            state.boundary_offset = offset
-            state.boundary_sequence = entry.sequence
+        event = entry.event
+        if isinstance(event, UsageUpdated):
+            usage = usage + event.usage
+        elif isinstance(event, ItemCompleted):
+            items += 1
+            if is_boundary_event(event):
+                state.boundary_offset = offset
+                state.boundary_sequence = entry.sequence
+        if entry.recorded_at_ms > updated:
+            updated = entry.recorded_at_ms
+    if entries:
+        # What fold_metadata computes, built directly: dataclasses.replace costs more than
+        # the rest of a commit's bookkeeping.
+        state.metadata = ThreadMetadata(
+            thread_id=meta.thread_id,
+            created_at_ms=meta.created_at_ms,
+            updated_at_ms=updated,
+            title=meta.title,
+            usage=usage,
+            item_count=items,
+            last_sequence=entries[-1].sequence,
+            extra=meta.extra,
+            unknown_fields=meta.unknown_fields,
+        )
     state.size += len(line)
     state.lines += 1
 
@@ -380,6 +403,7 @@ class JsonlThreadStore(ThreadStore):
         self._closed = False
         self._queue: list[_Commit] = []
         self._leading = False
+        self._forming: anyio.Event | None = None
         self._pool: ThreadPoolExecutor | None = None
         # A test seam for crash tests: called after a journal write is synced and before the
         # index is updated (a real child process SIGKILLs itself here).
@@ -832,7 +856,10 @@ class JsonlThreadStore(ThreadStore):
         if self.durability != "group":
             await anyio.to_thread.run_sync(self._commit_sync, [commit])
         else:
-            commit.done = anyio.Event()
+            if self._forming is None:
+                self._forming = anyio.Event()
+            # One event per batch, shared by its commits.
+            commit.done = self._forming
             self._queue.append(commit)
             if self._leading:
                 await commit.done.wait()
@@ -853,15 +880,15 @@ class JsonlThreadStore(ThreadStore):
                     # their commits first; otherwise batches alternate between 1 and n-1.
                     await anyio.lowlevel.checkpoint()
                     batch, self._queue = self._queue, []
+                    done, self._forming = self._forming, None
                     try:
                         await anyio.to_thread.run_sync(self._commit_sync, batch)
                     except BaseException as exc:
                         for commit in batch:
                             if not commit.finished:
                                 commit.error = exc
-                    for commit in batch:
-                        assert commit.done is not None
-                        commit.done.set()
+                    assert done is not None
+                    done.set()
         finally:
             self._leading = False
 

@@ -1,0 +1,117 @@
+"""The JSONL store's check and repair functions (what ``roder fsck`` calls)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from roder_api.errors import ThreadNotFoundError
+from roder_api.events import ItemCompleted
+from roder_api.threads import ThreadMetadata
+from roder_api.transcript import UserMessage
+from roder_jsonl_thread_store import JsonlThreadStoreFactory
+from roder_jsonl_thread_store._format import encode_record
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def factory(tmp_path: Path) -> JsonlThreadStoreFactory:
+    return JsonlThreadStoreFactory(base_path=tmp_path / "store")
+
+
+def msg(i: int) -> ItemCompleted:
+    return ItemCompleted("turn", UserMessage(f"message {i}"))
+
+
+async def make(factory: JsonlThreadStoreFactory, thread_id: str, count: int) -> Path:
+    store = await factory.open()
+    await store.create_thread(ThreadMetadata(thread_id, 1000, 1000))
+    for i in range(count):
+        await store.append_events(thread_id, [msg(i)])
+    path = store.journal_path(thread_id)
+    await store.aclose()
+    return path
+
+
+async def test_a_healthy_thread_checks_ok(factory: JsonlThreadStoreFactory) -> None:
+    await make(factory, "ok", 3)
+    store = await factory.open()
+    check = await store.check_thread("ok")
+    assert check.ok and check.damage is None and check.index == "ok"
+    assert check.lines == 4 and check.last_sequence == 3 and check.describe() == "ok"
+    assert (await store.repair_thread("ok")).changed is False
+    assert await store.journal_ids() == ["ok"]
+    await store.aclose()
+
+
+async def test_a_sequence_gap_is_found_and_its_tail_quarantined(
+    factory: JsonlThreadStoreFactory,
+) -> None:
+    path = await make(factory, "gap", 2)
+    intact = path.read_bytes()
+    gap = encode_record({"v": 1, "k": "events", "seq": 9, "t": 5, "events": [{"type": "x"}]})
+    after = encode_record({"v": 1, "k": "meta", "t": 6, "title": "later"})
+    path.write_bytes(intact + gap + after)
+    store = await factory.open()
+    check = await store.check_thread("gap")
+    assert check.damage is not None and check.damage.kind == "sequence"
+    assert check.damage.line == 4 and not check.ok
+    repair = await store.repair_thread("gap")
+    assert repair.quarantine is not None and repair.bytes_moved == len(gap + after)
+    assert repair.quarantine.read_bytes() == gap + after
+    assert path.read_bytes() == intact
+    assert (await store.check_thread("gap")).ok
+    assert [e.sequence for e in await store.append_events("gap", [msg(3)])] == [3]
+    await store.aclose()
+
+
+async def test_a_journal_without_a_valid_first_line_is_set_aside_whole(
+    factory: JsonlThreadStoreFactory,
+) -> None:
+    path = await make(factory, "head", 1)
+    damaged = b"garbage\n" + path.read_bytes().split(b"\n", 1)[1]
+    path.write_bytes(damaged)
+    store = await factory.open()
+    assert (await store.check_thread("head")).damage is not None
+    repair = await store.repair_thread("head")
+    assert repair.journal_removed and repair.quarantine is not None
+    assert repair.quarantine.read_bytes() == damaged and not path.exists()
+    with pytest.raises(ThreadNotFoundError):
+        await store.get_thread("head")
+    assert (await store.list_threads()).threads == ()
+    await store.aclose()
+
+
+async def test_a_newer_format_is_reported_but_never_repaired(
+    factory: JsonlThreadStoreFactory,
+) -> None:
+    path = await make(factory, "new", 1)
+    path.write_bytes(path.read_bytes() + encode_record({"v": 3, "k": "events"}))
+    before = path.read_bytes()
+    store = await factory.open()
+    check = await store.check_thread("new")
+    assert check.damage is not None and check.damage.kind == "newer_version"
+    repair = await store.repair_thread("new")
+    assert repair.unrepaired and "newer Roder" in repair.unrepaired
+    assert path.read_bytes() == before
+    await store.aclose()
+
+
+async def test_reindex_rebuilds_every_row(factory: JsonlThreadStoreFactory) -> None:
+    await make(factory, "a", 1)
+    await make(factory, "b", 2)
+    store = await factory.open()
+    assert await store.reindex() == 2
+    assert {m.thread_id: m.item_count for m in (await store.list_threads()).threads} == {
+        "a": 1,
+        "b": 2,
+    }
+    assert await store.thread_size_bytes("a") == store.journal_path("a").stat().st_size
+    await store.aclose()
