@@ -46,6 +46,7 @@ from roder_api.events import ItemCompleted, JournalEvent
 from roder_api.threads import ThreadMetadata
 from roder_api.transcript import ContextCompaction, UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
+from roder_jsonl_thread_store._store import SYNC_WORKERS
 
 _datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 
@@ -148,6 +149,30 @@ async def raw_sync_appends_via_threads(directory: Path, count: int) -> list[floa
     finally:
         os.close(fd)
         path.unlink()
+
+
+def raw_parallel_syncs(directory: Path, files: int, rounds: int, workers: int) -> float:
+    """Return appends/s writing one line to each of ``files`` files, then syncing all of them
+    from ``workers`` threads, ``rounds`` times: what the filesystem allows for group commits
+    that span many journals."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    line = _raw_line()
+    paths = [directory / f"raw-par-{time.monotonic_ns()}-{i}.jsonl" for i in range(files)]
+    fds = [os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) for p in paths]
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(_datasync, fds))
+            start = time.perf_counter()
+            for _ in range(rounds):
+                for fd in fds:
+                    os.write(fd, line)
+                list(pool.map(_datasync, fds))
+            return files * rounds / (time.perf_counter() - start)
+    finally:
+        for fd, path in zip(fds, paths, strict=True):
+            os.close(fd)
+            path.unlink()
 
 
 def raw_load(path: Path) -> list[Any]:
@@ -282,6 +307,18 @@ class Bench:
                 target=">= 8",
                 met=rate / raw_rate >= 8,
             )
+            if threads > 1:
+                ceiling = raw_parallel_syncs(self.root, threads, per_task, SYNC_WORKERS)
+                self.row(
+                    workload=f"W2 (info) vs raw: {threads} files, write+sync all per round",
+                    unit="commits/s",
+                    store=rate,
+                    raw=ceiling,
+                    ratio=rate / ceiling,
+                    target="(info)",
+                    met=None,
+                    note="raw column: the filesystem's ceiling for syncing many files",
+                )
 
     async def build_thread(
         self, factory: JsonlThreadStoreFactory, thread_id: str, items: int, boundary_from_end: int

@@ -29,7 +29,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -735,6 +735,10 @@ class JsonlThreadStore(ThreadStore):
         for commit in batch:
             by_thread.setdefault(commit.thread_id, []).append(commit)
         held: list[_Held] = []
+        pending: list[Future[None]] = []
+        many = len(by_thread) > 1 and self.durability != "none"
+        if many and self._pool is None:
+            self._pool = ThreadPoolExecutor(SYNC_WORKERS, thread_name_prefix="roder-jsonl-sync")
         try:
             # Sorted, so that two processes locking several threads never deadlock.
             for thread_id in sorted(by_thread):
@@ -749,8 +753,16 @@ class JsonlThreadStore(ThreadStore):
                 entry = _Held(thread_id, guard, lock, by_thread[thread_id])
                 held.append(entry)
                 self._prepare_write(entry)
+                if many and entry.data and entry.error is None:
+                    # Sync this journal while the next ones are written.
+                    assert self._pool is not None
+                    pending.append(self._pool.submit(self._sync_entry, entry))
             writing = [e for e in held if e.data and e.error is None]
-            self._sync_entries(writing)
+            if many:
+                for future in pending:
+                    future.result()
+            elif writing and self.durability != "none":
+                self._sync_entry(writing[0])
             rows = []
             for entry in writing:
                 if entry.error is not None:
@@ -762,6 +774,8 @@ class JsonlThreadStore(ThreadStore):
                 rows.append(self._row(entry.thread_id, entry.after))
             self._put_rows(rows)
         finally:
+            for future in pending:
+                future.exception()  # never release a lock while its journal is syncing
             for entry in reversed(held):
                 try:
                     if entry.fd is not None:
@@ -817,23 +831,12 @@ class JsonlThreadStore(ThreadStore):
         except BaseException as exc:
             entry.error = exc
 
-    def _sync_entries(self, entries: list[_Held]) -> None:
-        if self.durability == "none" or not entries:
-            return
-
-        def sync(entry: _Held) -> None:
-            assert entry.fd is not None
-            try:
-                _datasync(entry.fd)
-            except OSError as exc:
-                self._undo(entry, exc)
-
-        if len(entries) == 1:
-            sync(entries[0])
-            return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(SYNC_WORKERS, thread_name_prefix="roder-jsonl-sync")
-        list(self._pool.map(sync, entries))
+    def _sync_entry(self, entry: _Held) -> None:
+        assert entry.fd is not None
+        try:
+            _datasync(entry.fd)
+        except OSError as exc:
+            self._undo(entry, exc)
 
     def _undo(self, entry: _Held, exc: OSError) -> None:
         """Leave no partial batch behind after a failed write or sync."""
