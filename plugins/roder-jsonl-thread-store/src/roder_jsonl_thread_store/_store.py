@@ -481,8 +481,12 @@ class JsonlThreadStore(ThreadStore):
                 log.info("a writer of %s died; catching the index up", self.base_path)
             try:
                 self._catch_up()
-            finally:
-                bury(dead)
+            except BaseException:
+                # Keep the markers: whoever looks next catches up again.
+                for _path, fd in dead:
+                    os.close(fd)
+                raise
+            bury(dead)
 
     def _journal_files(self) -> dict[str, os.stat_result]:
         out: dict[str, os.stat_result] = {}
