@@ -23,17 +23,6 @@ def thread_store_factory(
 ) -> Iterator[ThreadStoreFactory]:
     """Return an empty store of each backend: JSONL, SQLite and PostgreSQL."""
     if request.param == "jsonl":
-        if request.node.originalname == "test_import_events_verbatim":
-            # A real finding of the kit in the JSONL store (being reworked in issue 5):
-            # import_events with an unserialisable event raises a bare TypeError from
-            # orjson instead of UnserializableEventError (nothing is stored, though).
-            request.applymarker(
-                pytest.mark.xfail(
-                    strict=True,
-                    raises=TypeError,
-                    reason="JSONL import_events raises TypeError, not UnserializableEventError",
-                )
-            )
         yield JsonlThreadStoreFactory(base_path=tmp_path / "threads")
     elif request.param == "sqlite":
         yield SqliteThreadStoreFactory(tmp_path / "threads.sqlite3")
