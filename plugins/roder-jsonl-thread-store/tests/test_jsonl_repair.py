@@ -115,3 +115,29 @@ async def test_reindex_rebuilds_every_row(factory: JsonlThreadStoreFactory) -> N
     }
     assert await store.thread_size_bytes("a") == store.journal_path("a").stat().st_size
     await store.aclose()
+
+
+async def test_what_a_commit_records_equals_what_a_scan_finds(
+    factory: JsonlThreadStoreFactory,
+) -> None:
+    from roder_api.events import JournalEvent, UsageUpdated
+    from roder_api.inference import TokenUsage
+    from roder_api.transcript import ContextCompaction
+
+    store = await factory.open()
+    await store.create_thread(ThreadMetadata("fold", 1000, 1000, title="t", extra={"k": 1}))
+    await store.append_events("fold", [msg(1), UsageUpdated("turn", TokenUsage(5, 2, 7, 1))])
+    await store.append_events("fold", [ItemCompleted("turn", ContextCompaction("s")), msg(2)])
+    await store.update_thread("fold", title="renamed")
+    await store.import_events("fold", [JournalEvent(5, 10**13, msg(3))])
+    committed = await store.get_thread("fold")
+    # The index row written by the commits equals a full scan of the journal.
+    assert (await store.check_thread("fold")).index == "ok"
+    await store.aclose()
+    (factory.base_path / "index.sqlite3").unlink()
+    store = await factory.open()
+    assert await store.get_thread("fold") == committed
+    assert committed.usage.total_tokens == 7 and committed.item_count == 4
+    assert committed.title == "renamed" and committed.updated_at_ms == 10**13
+    assert [e.sequence for e in await store.replay_events("fold")] == [3, 4, 5]
+    await store.aclose()

@@ -99,8 +99,6 @@ SYNC_WORKERS = 8
 synced from 4 threads took half the time of syncing them one after the other; more threads
 were slower again (the journal commits serialise)."""
 
-_PREFIX = b'{"c":"'
-_MIDDLE = b'","r":'
 _TAIL = b"}\n"
 
 T = TypeVar("T")
@@ -906,7 +904,7 @@ class JsonlThreadStore(ThreadStore):
 
         def build(state: JournalState) -> bytes:
             first = state.metadata.last_sequence + 1
-            now = max(_now_ms(), state.metadata.updated_at_ms)
+            now = _now_ms()
             line = events_record(first, now, events_json)
             entries = [JournalEvent(first + i, now, e) for i, e in enumerate(events)]
             _advance(state, line, entries)
@@ -940,9 +938,10 @@ class JsonlThreadStore(ThreadStore):
         commit = _Commit(thread_id, lambda state: b"")
 
         def build(state: JournalState) -> bytes:
-            now = max(_now_ms(), state.metadata.updated_at_ms)
+            now = _now_ms()
             line = encode_record({"v": FORMAT_VERSION, "k": "meta", "t": now, **changes})
-            updates: dict[str, Any] = {"updated_at_ms": now}
+            # As a scan folds it: the update time never goes back.
+            updates: dict[str, Any] = {"updated_at_ms": max(now, state.metadata.updated_at_ms)}
             if "title" in changes:
                 updates["title"] = changes["title"]
             if "extra" in changes:
