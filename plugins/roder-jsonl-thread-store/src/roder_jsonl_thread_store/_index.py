@@ -161,6 +161,19 @@ class ThreadIndex:
                 raise
             db.execute("COMMIT")
 
+    def make_durable(self) -> None:
+        """Sync every committed row to disk (rows are otherwise synced at checkpoints only).
+
+        One write at ``synchronous=FULL`` syncs the write-ahead log, and with it every
+        transaction before it.
+        """
+        with self._cursor() as db:
+            db.execute("PRAGMA synchronous=FULL")
+            try:
+                db.execute("INSERT OR REPLACE INTO info VALUES ('synced', 'yes')")
+            finally:
+                db.execute("PRAGMA synchronous=NORMAL")
+
     def delete(self, thread_id: str) -> None:
         """Remove a thread's row (nothing when there is none)."""
         with self._cursor() as db:

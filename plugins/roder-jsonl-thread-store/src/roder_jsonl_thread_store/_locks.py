@@ -81,8 +81,12 @@ class Session:
         self.path: Path | None = None
         self._fd: int | None = None
 
-    def start(self) -> None:
-        """Create and lock this session's marker (made visible only once it is locked)."""
+    def start(self, *, durable: bool = True) -> None:
+        """Create and lock this session's marker (made visible only once it is locked).
+
+        ``durable`` syncs the directory, so that the marker survives a power cut: the index
+        may lose its newest rows then, and the marker is what makes the next store look.
+        """
         if fcntl is None or self._fd is not None:  # pragma: no cover - Windows: no markers
             return
         name = f"{os.getpid()}-{os.urandom(6).hex()}"
@@ -92,6 +96,12 @@ class Session:
             fcntl.flock(fd, fcntl.LOCK_EX)
             final = self.directory / f"{name}.session"
             os.rename(hidden, final)
+            if durable:
+                directory = os.open(self.directory, os.O_RDONLY)
+                try:
+                    os.fsync(directory)
+                finally:
+                    os.close(directory)
         except BaseException:
             os.close(fd)
             raise

@@ -561,7 +561,7 @@ class JsonlThreadStore(ThreadStore):
         if not self._session_started:
             with self._ready_lock:
                 if not self._session_started:
-                    self._session.start()
+                    self._session.start(durable=self.durability != "none")
                     self._session_started = True
 
     # --- loading a journal's state --------------------------------------------------------
@@ -1517,6 +1517,13 @@ class JsonlThreadStore(ThreadStore):
         if pool is not None:
             pool.shutdown(wait=True)
 
+        if self._session_started and not self._index_behind and self.durability != "none":
+            # The marker may go only once our rows are durable: a power cut could otherwise
+            # lose rows that nothing would tell a later store to rebuild.
+            try:
+                self._index.make_durable()
+            except IndexUnavailable:
+                self._index_behind = True
         if self._index_behind:
             self._session.abandon()
         else:
