@@ -1,0 +1,232 @@
+"""The torture suite: crashes, disk faults, hostile input and load, with counts.
+
+Children committing to each store are killed with SIGKILL at random moments and the store
+is checked against what they acknowledged; writes and syncs fail with ENOSPC and EIO or
+write short; journal files are damaged at random; 100 streams share one runtime. Prints a
+table (trial kind, trials, faults injected, acknowledged commits, commits lost, corrupt
+replays, recovery time) and exits non-zero when anything was lost or corrupt.
+
+    python benchmarks/torture.py --quick          # bounded, for CI (scripts/smoke)
+    python benchmarks/torture.py --json out.json  # the full run (>= 1,000 kill trials)
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _torture import crash, faults, hostile, load  # noqa: E402 - after the path setup
+from _torture.stats import KindStats, table  # noqa: E402
+from _torture.stores import StoreSpec, installed_backends, jsonl_specs, postgres_dsn  # noqa: E402
+
+FULL = {
+    "append": 200,
+    "turn": 80,
+    "compact": 50,
+    "faults": 12,
+    "hostile": 1000,
+    "load_s": 10.0,
+    "delay_s": 0.12,
+}
+QUICK = {
+    "append": 4,
+    "turn": 3,
+    "compact": 3,
+    "faults": 1,
+    "hostile": 60,
+    "load_s": 2.0,
+    "delay_s": 0.08,
+}
+
+
+def _log_counter() -> dict[str, int]:
+    """Count the stores' recovery warnings instead of printing them mid-table."""
+    counts: dict[str, int] = {}
+
+    class Counter(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            counts[record.name] = counts.get(record.name, 0) + 1
+
+    logger = logging.getLogger("roder")
+    logger.addHandler(Counter(logging.WARNING))
+    logger.propagate = False
+    return counts
+
+
+def store_specs(base: Path) -> list[StoreSpec]:
+    """Return every store to torture that is installed and reachable here."""
+    specs = jsonl_specs(str(base / "jsonl"))
+    backends = installed_backends()
+    if "sqlite" in backends:
+        specs.append(StoreSpec("sqlite", "sqlite", {"path": str(base / "sqlite" / "roder.db")}))
+    dsn = postgres_dsn()
+    if "postgres" in backends and dsn:
+        schema = f"torture_{os.getpid()}_{int(time.time())}"
+        specs.append(StoreSpec("postgres", "postgres", {"dsn": dsn, "schema": schema}))
+    return specs
+
+
+def crash_modes() -> list[str]:
+    """Return the crash-trial modes this runtime supports (sessions, compaction as landed)."""
+    from roder_runtime import Runtime
+
+    modes = ["append"]
+    modes.append("session" if hasattr(Runtime, "start_session") else "turn")
+    if hasattr(Runtime, "compact_with_provider"):
+        modes.append("compact")
+    return modes
+
+
+async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """Run every section; return the JSON report."""
+    plan = QUICK if args.quick else FULL
+    sections = set(args.only.split(",")) if args.only else {"crash", "faults", "hostile", "load"}
+    kinds: list[KindStats] = []
+    specs = store_specs(workdir / "stores")
+    ctx = crash.mp_context(args.start_method)
+    started = time.perf_counter()
+
+    def progress(stats: KindStats) -> None:
+        kinds.append(stats)
+        if not args.quiet:
+            status = "ok" if stats.ok else f"LOST {stats.lost} CORRUPT {stats.corrupt}"
+            if stats.skipped:
+                status = "skipped: " + stats.skipped
+            print(
+                f"  {stats.kind}: {stats.trials} trials, {status} "
+                f"({time.perf_counter() - started:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    if "crash" in sections:
+        for mode in crash_modes():
+            trials = plan["turn"] if mode in ("turn", "session") else plan[mode]
+            delay = plan["delay_s"] * (3 if mode != "append" else 1)
+            for number, spec in enumerate(specs):
+                progress(
+                    await crash.run_crash_trials(
+                        mode,
+                        spec,
+                        int(trials),
+                        workdir / "crash",
+                        seed=args.seed * 100 + number,
+                        max_delay=delay,
+                        ctx=ctx,
+                    )
+                )
+    if "faults" in sections:
+        for number, spec in enumerate(specs):
+            if spec.backend == "postgres":
+                continue  # a database server's disk is not this process's to fail
+            for stats in await faults.run_injected_faults(
+                spec, int(plan["faults"]), seed=args.seed * 100 + number
+            ):
+                progress(stats)
+        for mode in ("fsync", "group", "none"):
+            progress(
+                await faults.run_enospc(
+                    lambda path, mode=mode: StoreSpec(
+                        f"jsonl-{mode}", "jsonl", {"path": str(path), "durability": mode}
+                    ),
+                    workdir / f"tmpfs-{mode}",
+                    max(1, int(plan["faults"]) // 2),
+                    seed=args.seed,
+                )
+            )
+        if "sqlite" in installed_backends():
+            progress(
+                await faults.run_enospc(
+                    lambda path: StoreSpec("sqlite", "sqlite", {"path": str(path / "roder.db")}),
+                    workdir / "tmpfs-sqlite",
+                    max(1, int(plan["faults"]) // 2),
+                    seed=args.seed,
+                )
+            )
+    if "hostile" in sections:
+        progress(
+            await hostile.run_hostile(
+                lambda path: StoreSpec("jsonl", "jsonl", {"path": str(path)}),
+                workdir / "hostile",
+                int(plan["hostile"]),
+                seed=args.seed,
+                fsck=hostile.cli_fsck if args.fsck and hostile.fsck_available() else None,
+            )
+        )
+    load_result = None
+    if "load" in sections:
+        load_result = await load.run_load(
+            workdir / "load", sessions=args.sessions, seconds=float(plan["load_s"])
+        )
+    elapsed = time.perf_counter() - started
+    ok = all(k.ok for k in kinds) and (
+        load_result is None or (load_result.lost == 0 and load_result.reordered == 0)
+    )
+    return {
+        "mode": "quick" if args.quick else "full",
+        "seed": args.seed,
+        "elapsed_s": round(elapsed, 1),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "kill_trials": sum(k.trials for k in kinds if k.kind.split(" / ")[0] in crash.MODES),
+        "kinds": [k.to_json() for k in kinds],
+        "load": load_result.to_json() if load_result else None,
+        "load_summary": load_result.summary() if load_result else None,
+        "table": table(kinds),
+        "ok": ok,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the suite, print the table, write ``--json``; return 1 if anything was lost."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a bounded run for CI")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    parser.add_argument("--only", help="comma list of sections: crash,faults,hostile,load")
+    parser.add_argument("--sessions", type=int, default=100, help="concurrent load streams")
+    parser.add_argument(
+        "--start-method",
+        default="forkserver",
+        choices=("forkserver", "spawn"),
+        help="how crash-trial children start (default forkserver: preloaded, fast)",
+    )
+    parser.add_argument("--no-fsck", dest="fsck", action="store_false", help="skip roder fsck")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    args = parser.parse_args(argv)
+    warnings = _log_counter()
+    with tempfile.TemporaryDirectory(prefix="roder-torture-") as tmp:
+        report = anyio.run(run, args, Path(tmp))
+    report["store_warnings"] = warnings
+    print(report["table"])
+    if report["load_summary"]:
+        print(report["load_summary"])
+    print(
+        f"{report['kill_trials']} kill trials; {report['elapsed_s']} s; "
+        + ("nothing lost, nothing corrupt" if report["ok"] else "LOST OR CORRUPT DATA: see above")
+    )
+    if not report["ok"]:
+        for kind in report["kinds"]:
+            for problem in kind["problems"]:
+                print("  " + problem)
+        if report["load"]:
+            for problem in report["load"]["problems"]:
+                print("  " + problem)
+    if args.json:
+        Path(args.json).write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
