@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
@@ -59,6 +60,9 @@ def encode_value(value: Any) -> Any:
         return [encode_value(v) for v in value]
     if isinstance(value, Mapping):
         return {k: encode_value(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        # orjson would quietly write null: the value would change on the way back.
+        raise TypeError(f"{value!r} is not a JSON number (NaN and infinities cannot be stored)")
     return value
 
 
@@ -69,7 +73,13 @@ def to_dict(obj: Record) -> dict[str, Any]:
         raise TypeError(f"{cls.__name__} is not a registered Roder record type")
     out: dict[str, Any] = {"type": cls.TYPE}
     for name in cls._codec_fields:
-        out[name] = encode_value(getattr(obj, name))
+        try:
+            out[name] = encode_value(getattr(obj, name))
+        except RecursionError:
+            # A container that holds itself, or absurd nesting: not JSON data.
+            raise TypeError(
+                f"{cls.__name__}.{name} is nested too deeply or contains itself"
+            ) from None
     if obj.unknown_fields:
         for key, value in obj.unknown_fields.items():
             out.setdefault(key, value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -56,6 +57,10 @@ class CompactionConfig:
 class RuntimeConfig:
     """Everything the runtime is configured with (a mutable dataclass).
 
+    ``turn_timeout_s`` is a deadline for one turn (None: none): a turn still running when it
+    passes is cancelled, its engine stream closed, and it ends with ``ErrorEvent`` and
+    ``TurnAborted(reason="timeout")``.
+
     ``sources`` maps dotted keys to where their value came from (``default``, the file and
     line, or the environment variable), for ``roder config show``.
     """
@@ -69,6 +74,7 @@ class RuntimeConfig:
     default_engine: str | None = None
     default_model: str | None = None
     instructions: str | None = None
+    turn_timeout_s: float | None = None
     reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     engines: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -89,6 +95,7 @@ _TOP_LEVEL_INTS = (
     "recorder_byte_budget",
 )
 _TOP_LEVEL_STRS = ("default_engine", "default_model", "instructions")
+_TOP_LEVEL_SECONDS = ("turn_timeout_s",)
 _SECTIONS: dict[str, type] = {"reliability": ReliabilityConfig, "compaction": CompactionConfig}
 
 _ENV_OVERRIDES: tuple[tuple[str, str], ...] = (
@@ -100,23 +107,23 @@ _ENV_OVERRIDES: tuple[tuple[str, str], ...] = (
 )
 
 
-def _line_of(text: str | None, table: str | None, key: str) -> int | None:
-    """Return the line where ``key`` is set in ``[table]`` (or at top level), if found."""
-    if text is None:
-        return None
+def _line_index(text: str) -> dict[tuple[str | None, str], int]:
+    """Return the first line of every ``key =`` by table (and of every header, key "")."""
+    index: dict[tuple[str | None, str], int] = {}
     current: str | None = None
-    pattern = re.compile(r"^\s*(" + re.escape(key) + r'|"' + re.escape(key) + r'")\s*=')
     header = re.compile(r"^\s*\[\s*([^\]]+?)\s*\]")
+    keyed = re.compile(r'^\s*(?:"([^"]*)"|([A-Za-z0-9_-]+))\s*=')
     for number, line in enumerate(text.splitlines(), start=1):
         match = header.match(line)
         if match:
             current = match.group(1).strip()
-            if table is not None and current == table and key == "":
-                return number
+            index.setdefault((current, ""), number)
             continue
-        if current == table and pattern.match(line):
-            return number
-    return None
+        match = keyed.match(line)
+        if match:
+            key = match.group(1) if match.group(1) is not None else match.group(2)
+            index.setdefault((current, key), number)
+    return index
 
 
 class _Loader:
@@ -124,6 +131,15 @@ class _Loader:
         self.source = source
         self.text = text
         self.sources = sources
+        self._index: dict[tuple[str | None, str], int] | None = None
+
+    def line(self, table: str | None, key: str) -> int | None:
+        # One pass over the text, not one per key: a file of many keys loads in linear time.
+        if self.text is None:
+            return None
+        if self._index is None:
+            self._index = _line_index(self.text)
+        return self._index.get((table, key))
 
     def error(self, message: str, table: str | None, key: str) -> ConfigError:
         dotted = f"{table}.{key}" if table else key
@@ -131,11 +147,11 @@ class _Loader:
             f"{message} (key {dotted!r})",
             source=self.source,
             key=dotted,
-            line=_line_of(self.text, table, key),
+            line=self.line(table, key),
         )
 
     def where(self, table: str | None, key: str) -> str:
-        line = _line_of(self.text, table, key)
+        line = self.line(table, key)
         return f"{self.source}:{line}" if line else self.source
 
     def int_value(self, value: Any, table: str | None, key: str, minimum: int = 0) -> int:
@@ -150,6 +166,17 @@ class _Loader:
             if key in _TOP_LEVEL_INTS:
                 minimum = 1
                 setattr(config, key, self.int_value(value, None, key, minimum))
+            elif key in _TOP_LEVEL_SECONDS:
+                if (
+                    isinstance(value, bool)
+                    or not isinstance(value, (int, float))
+                    or not math.isfinite(value)
+                    or value <= 0
+                ):
+                    raise self.error(
+                        f"expected a number of seconds above 0, got {value!r}", None, key
+                    )
+                setattr(config, key, float(value))
             elif key in _TOP_LEVEL_STRS:
                 if not isinstance(value, str):
                     raise self.error(f"expected a string, got {value!r}", None, key)
@@ -253,6 +280,12 @@ def load_config(
                 found = re.search(r"at line (\d+)", str(exc))
                 line = getattr(exc, "lineno", None) or (int(found.group(1)) if found else None)
                 raise ConfigError(f"invalid TOML: {exc}", source=str(path), line=line) from None
+            except RecursionError:
+                # tomllib parses nested arrays and tables recursively; hostile nesting would
+                # otherwise escape as a RecursionError instead of a configuration error.
+                raise ConfigError(
+                    "invalid TOML: arrays or tables nested too deeply", source=str(path)
+                ) from None
             loader = _Loader(str(path), text, config.sources)
     else:
         data, loader = path_or_mapping, _Loader("<mapping>", None, config.sources)

@@ -337,7 +337,11 @@ async def create_threads(spec: StoreSpec, count: int) -> dict[str, ThreadState]:
 
 
 def _run_child_and_kill(
-    ctx: BaseContext, job: ChildJob, rng: random.Random, max_delay: float
+    ctx: BaseContext,
+    job: ChildJob,
+    rng: random.Random,
+    max_delay: float,
+    early_kill: float = EARLY_KILL_FRACTION,
 ) -> tuple[bool, float]:
     """Start a child, kill it with SIGKILL at a random moment; return (was ready, delay)."""
     receive, send = ctx.Pipe(duplex=False)
@@ -346,7 +350,7 @@ def _run_child_and_kill(
     send.close()
     ready = False
     try:
-        if rng.random() < EARLY_KILL_FRACTION:
+        if rng.random() < early_kill:
             delay = rng.uniform(0, 0.03)
             time.sleep(delay)
         else:
