@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -32,6 +33,12 @@ ENTRY_POINT_GROUP = PROJECT_NAME
 
 PLUGINS_ENV = "RODER_PLUGINS"
 """Environment variable: a comma list of plugin names to load; empty loads none."""
+
+IMPORT_TIMEOUT_ENV = "RODER_PLUGIN_IMPORT_TIMEOUT"
+"""Environment variable: seconds a plugin's import may take before it is reported failed."""
+
+DEFAULT_IMPORT_TIMEOUT_S = 60.0
+"""How long a plugin's import may take by default (generous: some import heavy libraries)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,9 +186,9 @@ class ExtensionRegistryBuilder:
         version = dist.version if dist is not None else None
         dist_name = dist.metadata["Name"] if dist is not None else None
         try:
-            module = ep.load()
+            module = _load_with_deadline(ep, import_timeout_s())
         except BaseException as exc:  # noqa: BLE001 - a plugin's import may raise anything
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            if isinstance(exc, KeyboardInterrupt):
                 raise
             return PluginInfo(ep.name, version, dist_name, error=f"{type(exc).__name__}: {exc}")
         return self._load_module(ep.name, module, version=version, distribution=dist_name)
@@ -255,6 +262,51 @@ class ExtensionRegistryBuilder:
         )
 
 
+def import_timeout_s(environ: Mapping[str, str] | None = None) -> float:
+    """Return the plugin import deadline: ``RODER_PLUGIN_IMPORT_TIMEOUT`` or 60 seconds."""
+    env = os.environ if environ is None else environ
+    raw = env.get(IMPORT_TIMEOUT_ENV)
+    if raw:
+        try:
+            value = float(raw)
+        except ValueError:
+            value = 0.0
+        if value > 0 and value == value:  # not NaN
+            return value
+    return DEFAULT_IMPORT_TIMEOUT_S
+
+
+def _load_with_deadline(ep: importlib.metadata.EntryPoint, timeout: float) -> Any:
+    """Return ``ep.load()``, or raise ``TimeoutError`` when it takes longer than ``timeout``.
+
+    The import runs in a daemon thread so that a plugin that hangs at import (a network call,
+    a lock, a bug) is reported as failed instead of hanging ``roder`` and every program that
+    loads plugins. A hung import cannot be stopped: its thread is left behind, daemonic, and
+    the plugin registers nothing. Whatever the import raises (even ``SystemExit``) is raised
+    here, in the caller's thread.
+    """
+    outcome: list[Any] = []
+    failure: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            outcome.append(ep.load())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            failure.append(exc)
+
+    thread = threading.Thread(target=load, name=f"roder-plugin-import-{ep.name}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(
+            f"importing {ep.value!r} did not finish within {timeout:g} s "
+            f"(raise {IMPORT_TIMEOUT_ENV} if it is only slow)"
+        )
+    if failure:
+        raise failure[0]
+    return outcome[0]
+
+
 def _collector(target: list[Any], kind: type) -> Callable[[Any], None]:
     def register(obj: Any) -> None:
         if not isinstance(obj, kind):
@@ -281,10 +333,13 @@ def _factory_id(factory: ThreadStoreFactory) -> str:
 
 
 __all__ = [
+    "DEFAULT_IMPORT_TIMEOUT_S",
     "ENTRY_POINT_GROUP",
     "ExtensionRegistry",
     "ExtensionRegistryBuilder",
+    "IMPORT_TIMEOUT_ENV",
     "PLUGINS_ENV",
     "PluginInfo",
+    "import_timeout_s",
     "plugin_names_from_env",
 ]

@@ -41,6 +41,7 @@ from roder_api.transcript import TranscriptItem, trim_to_last_compaction_boundar
 from roder_runtime import _compaction
 from roder_runtime._compaction import CompactionResult, PreemptSignal
 from roder_runtime._config import RuntimeConfig, load_config
+from roder_runtime._guards import open_store
 from roder_runtime._session import Session, SessionStart
 from roder_runtime._turns import Emit, new_id
 
@@ -113,7 +114,7 @@ class Runtime:
         if self._store is None:
             async with self._store_lock:
                 if self._store is None:
-                    self._store = await self.thread_store_factory().open()
+                    self._store = await open_store(self.thread_store_factory())
         return self._store
 
     def engine(self, engine_id: str | None = None) -> InferenceEngine:
