@@ -29,7 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _torture import crash, faults, hostile, load  # noqa: E402 - after the path setup
 from _torture.stats import KindStats, table  # noqa: E402
-from _torture.stores import StoreSpec, installed_backends, jsonl_specs, postgres_dsn  # noqa: E402
+from _torture.stores import (  # noqa: E402
+    StoreSpec,
+    drop_schema,
+    installed_backends,
+    jsonl_specs,
+    postgres_dsn,
+)
 
 FULL = {
     "append": 200,
@@ -71,8 +77,8 @@ def store_specs(base: Path) -> list[StoreSpec]:
     backends = installed_backends()
     if "sqlite" in backends:
         specs.append(StoreSpec("sqlite", "sqlite", {"path": str(base / "sqlite" / "roder.db")}))
-    dsn = postgres_dsn()
-    if "postgres" in backends and dsn:
+    dsn = postgres_dsn() if "postgres" in backends else None
+    if dsn:
         schema = f"torture_{os.getpid()}_{int(time.time())}"
         specs.append(StoreSpec("postgres", "postgres", {"dsn": dsn, "schema": schema}))
     return specs
@@ -129,8 +135,10 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 )
     if "faults" in sections:
         for number, spec in enumerate(specs):
-            if spec.backend == "postgres":
-                continue  # a database server's disk is not this process's to fail
+            if spec.backend != "jsonl":
+                # SQLite writes from C and PostgreSQL from its server: os.write wrappers
+                # cannot reach them. SQLite gets a real full disk below.
+                continue
             for stats in await faults.run_injected_faults(
                 spec, int(plan["faults"]), seed=args.seed * 100 + number
             ):
@@ -162,9 +170,12 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 workdir / "hostile",
                 int(plan["hostile"]),
                 seed=args.seed,
-                fsck=hostile.cli_fsck if args.fsck and hostile.fsck_available() else None,
+                fsck=hostile.store_fsck if args.fsck and hostile.fsck_available() else None,
             )
         )
+    for spec in specs:
+        if spec.backend == "postgres":
+            drop_schema(spec.settings["dsn"], spec.settings["schema"])
     load_result = None
     if "load" in sections:
         load_result = await load.run_load(

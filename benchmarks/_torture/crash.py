@@ -418,6 +418,10 @@ async def run_crash_trials(
         if logs:
             stats.notes["recovery warnings"] = stats.notes.get("recovery warnings", 0) + len(logs)
         stats.acked += record_acks(mode, acks, states)
+        for key, label in (("boundary", "boundaries committed"), ("discarded", "discarded")):
+            found = sum(1 for a in acks if a.get(key))
+            if found:
+                stats.notes[label] = stats.notes.get(label, 0) + found
         await verify(stats, spec, mode, states)
     return stats
 

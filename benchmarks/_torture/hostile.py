@@ -117,8 +117,8 @@ def events_in_lines(events: list[JournalEvent], lines: list[bytes], upto: int) -
     return count
 
 
-Fsck = Callable[[Path], Awaitable[bool]]
-"""Return True when a checker reports damage in the store whose base directory is given."""
+Fsck = Callable[[StoreSpec], Awaitable[bool]]
+"""Return True when a checker reports damage in the given store."""
 
 
 async def check_mutation(
@@ -180,10 +180,34 @@ async def check_mutation(
     clean_truncation = mutation.kind == "truncate" and damaged == b"".join(lines[:first_bad])
     if fsck is not None and changed and not clean_truncation:
         await file.write_bytes(damaged)
-        if await fsck(Path(str(spec.settings["path"]))):
+        if await fsck(spec):
             stats.notes["fsck reported"] = stats.notes.get("fsck reported", 0) + 1
+            await _check_repair(stats, spec, events[:keep], where)
         else:
             stats.problem(f"{where}: fsck did not report the damage", corrupt=1)
+
+
+async def _check_repair(
+    stats: KindStats, spec: StoreSpec, kept: list[JournalEvent], where: str
+) -> None:
+    """Repair (when the store can) and check every record before the damage survived."""
+    store = await spec.factory().open()
+    try:
+        repair = getattr(store, "repair_thread", None)
+        if repair is None:
+            return
+        try:
+            await repair(THREAD_ID)
+            read = await store.read_events(THREAD_ID)
+        except RoderError as exc:
+            if kept:
+                stats.problem(f"{where}: after repair the thread is unreadable: {exc}", lost=1)
+            return
+        if read[: len(kept)] != kept:
+            stats.problem(f"{where}: the repair lost records before the damage", lost=1)
+        stats.notes["repaired"] = stats.notes.get("repaired", 0) + 1
+    finally:
+        await store.aclose()
 
 
 async def run_hostile(
@@ -221,14 +245,27 @@ def fsck_available() -> bool:
     return any(getattr(m, "__name__", "").endswith("fsck") for m in modules)
 
 
-async def cli_fsck(base: Path) -> bool:
-    """Run ``roder fsck`` on the JSONL store at ``base``; return True when it reports damage.
+async def store_fsck(spec: StoreSpec) -> bool:
+    """Return True when the store's own check (what ``roder fsck`` runs) reports damage."""
+    store = await spec.factory().open()
+    try:
+        check = await store.check_thread(THREAD_ID)  # type: ignore[attr-defined]
+        return not check.ok
+    except RoderError:
+        return True  # refusing to check the thread at all is reporting it
+    finally:
+        await store.aclose()
+
+
+async def cli_fsck(spec: StoreSpec) -> bool:
+    """Run ``roder fsck`` on the JSONL store of ``spec``; return True when it reports damage.
 
     Exit status 0 means a clean store; anything else (damage found) counts as reported.
     """
     import os
     import sys
 
+    base = Path(str(spec.settings["path"]))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
     env["RODER_HOME"] = str(base / "home")
     env["RODER_THREADS_PATH"] = str(base)

@@ -46,6 +46,33 @@ def jsonl_specs(base: str) -> list[StoreSpec]:
     ]
 
 
+DEFAULT_TEST_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+"""The test server the PostgreSQL store's own tests use (``RODER_TEST_POSTGRES_DSN``)."""
+
+
 def postgres_dsn() -> str | None:
-    """Return the DSN of the PostgreSQL server to use, or None when there is none."""
-    return os.environ.get("RODER_POSTGRES_DSN") or os.environ.get("RODER_TEST_POSTGRES_DSN")
+    """Return the DSN of a reachable PostgreSQL server to torture, or None."""
+    dsn = (
+        os.environ.get("RODER_POSTGRES_DSN")
+        or os.environ.get("RODER_TEST_POSTGRES_DSN")
+        or DEFAULT_TEST_DSN
+    )
+    try:
+        import psycopg
+    except ImportError:
+        return None
+    try:
+        with psycopg.connect(dsn, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.OperationalError:
+        return None
+    return dsn
+
+
+def drop_schema(dsn: str, schema: str) -> None:
+    """Drop a torture run's PostgreSQL schema."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
