@@ -70,7 +70,7 @@ def mp_context(method: str = "forkserver") -> BaseContext:
     """
     ctx = multiprocessing.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(["_torture.child", "roder_runtime", "trio"])  # type: ignore[attr-defined]
+        ctx.set_forkserver_preload(["_torture.child", "roder_runtime", "trio"])
     return ctx
 
 
@@ -204,7 +204,7 @@ def _batch_problem(batch_id: str, run: Sequence[JournalEvent]) -> str | None:
         if not isinstance(event, ItemCompleted):
             return f"holds a {type(event).__name__}"
         item = event.item
-        text = getattr(item, "text", None) or getattr(item, "summary", "")
+        text = str(getattr(item, "text", None) or getattr(item, "summary", ""))
         parts = text.split("|", 3)
         if parts[:3] != [batch_id, str(position), str(size)]:
             return f"event {position} says {parts[:3]}, expected a whole batch of {size}"
@@ -232,21 +232,15 @@ def check_turns(
                 lost=1,
             )
     for turn_id, entries in by_turn.items():
-        user = next(
-            (e.event.item.text for e in entries if _is_item(e, UserMessage)),
-            None,
-        )
+        users = _item_texts(entries, UserMessage)
+        user = users[0] if users else None
         deltas = "".join(
             e.event.delta
             for e in entries
             if isinstance(e.event, AssistantContentDelta)
             and e.event.phase == ContentPhase.FINAL_ANSWER
         )
-        answer = [
-            e.event.item.text
-            for e in entries
-            if _is_item(e, AssistantMessage) and not getattr(e.event.item, "interrupted", False)
-        ]
+        answer = _item_texts(entries, AssistantMessage)
         complete = [e for e in entries if isinstance(e.event, TurnComplete)]
         expected = f"You said: {user}"
         if user is not None and not expected.startswith(deltas):
@@ -264,8 +258,15 @@ def check_turns(
             stats.problem(f"{where}: delivered event {sequence} ({type_name}) missing", lost=1)
 
 
-def _is_item(entry: JournalEvent, kind: type) -> bool:
-    return isinstance(entry.event, ItemCompleted) and isinstance(entry.event.item, kind)
+def _item_texts(entries: Sequence[JournalEvent], kind: type) -> list[str]:
+    """Return the texts of the completed items of ``kind`` (not those marked interrupted)."""
+    texts = []
+    for entry in entries:
+        event = entry.event
+        if isinstance(event, ItemCompleted) and isinstance(event.item, kind):
+            if not getattr(event.item, "interrupted", False):
+                texts.append(str(getattr(event.item, "text", "")))
+    return texts
 
 
 def record_acks(mode: str, acks: list[dict[str, Any]], states: dict[str, ThreadState]) -> int:
@@ -369,7 +370,7 @@ def _run_child_and_kill(
                 f"child for {job.spec.name} ({job.mode}) exited by itself with "
                 f"{process.exitcode}; run it alone to see its error"
             )
-        os.kill(process.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        os.kill(process.pid, signal.SIGKILL)
         process.join(30)
     finally:
         receive.close()

@@ -69,8 +69,8 @@ def _write(fd: int, data: Any) -> int:
     return _real_write(fd, data)
 
 
-def _sync(real: Callable[[int], None]) -> Callable[[int], None]:
-    def sync(fd: int) -> None:
+def _sync(real: Callable[[Any], None]) -> Callable[[Any], None]:
+    def sync(fd: Any) -> None:
         if FAULT.hit("fsync") and FAULT.error is not None:
             FAULT.injected += 1
             FAULT.armed = False
@@ -81,10 +81,12 @@ def _sync(real: Callable[[int], None]) -> Callable[[int], None]:
     return sync
 
 
-os.write = _write
-os.fsync = _sync(_real_fsync)
+# setattr, not assignment: the wrappers take any fd-like argument, which typeshed spells
+# differently for each function.
+setattr(os, "write", _write)  # noqa: B010
+setattr(os, "fsync", _sync(_real_fsync))  # noqa: B010
 if hasattr(os, "fdatasync"):
-    os.fdatasync = _sync(_real_fdatasync)
+    setattr(os, "fdatasync", _sync(_real_fdatasync))  # noqa: B010
 
 
 async def _main(plan: dict[str, Any]) -> dict[str, Any]:

@@ -149,7 +149,7 @@ async def run_injected_faults(
     return results
 
 
-_STORE_ERRORS = {cls.__name__ for cls in [StoreError, *StoreError.__subclasses__()]}
+_STORE_ERRORS: set[str] = {StoreError.__name__} | {c.__name__ for c in StoreError.__subclasses__()}
 
 
 def _run_fault_child(plan: dict[str, Any]) -> dict[str, Any]:

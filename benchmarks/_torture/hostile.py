@@ -23,7 +23,7 @@ from pathlib import Path
 import anyio
 
 from roder_api.errors import RoderError
-from roder_api.events import ItemCompleted, JournalEvent, UsageUpdated
+from roder_api.events import Event, ItemCompleted, JournalEvent, UsageUpdated
 from roder_api.inference import TokenUsage
 from roder_api.threads import ThreadMetadata
 from roder_api.transcript import UserMessage
@@ -75,11 +75,11 @@ async def build_journal(spec: StoreSpec, batches: int = 8) -> tuple[Path, list[J
         now = int(time.time() * 1000)
         await store.create_thread(ThreadMetadata(THREAD_ID, now, now))
         for number in range(batches):
-            events = [
+            batch: list[Event] = [
                 ItemCompleted(f"turn{number}", UserMessage(f"message {number} " + "é" * number)),
                 UsageUpdated(f"turn{number}", TokenUsage(number + 1, 1, number + 2), "turn"),
             ]
-            await store.append_events(THREAD_ID, events[: 1 + number % 2])
+            await store.append_events(THREAD_ID, batch[: 1 + number % 2])
             if number == 2:
                 await store.update_thread(THREAD_ID, title="a title")
         events = await store.read_events(THREAD_ID)
