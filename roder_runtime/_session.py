@@ -479,6 +479,9 @@ class Session:
             return taken
 
         error: ErrorEvent | None = None
+        timeout = self.runtime.config.turn_timeout_s
+        if timeout is not None:
+            turn.scope.deadline = anyio.current_time() + timeout
         with turn.scope:
             try:
                 history = await self.runtime.replay_history(self.thread_id)
@@ -500,7 +503,23 @@ class Session:
                 # The consumer fell behind: the turn stops; it ends once there is room.
                 error = ErrorEvent(str(exc), turn_id)
             except Exception as exc:  # noqa: BLE001 - a broken engine or read fails its turn only
-                error = ErrorEvent(f"the turn failed: {type(exc).__name__}: {exc}", turn_id)
+                error = ErrorEvent(
+                    f"the turn failed (engine {self.engine.id!r}): {type(exc).__name__}: {exc}",
+                    turn_id,
+                )
+        if (
+            timeout is not None
+            and turn.scope.cancelled_caught
+            and turn.abort_reason is None
+            and not turn.finished
+        ):
+            # The deadline passed (an interrupt or a close sets its reason before cancelling).
+            turn.abort_reason = "timeout"
+            error = ErrorEvent(
+                f"the turn did not finish within turn_timeout_s = {timeout:g} s; engine "
+                f"{self.engine.id!r} was stopped",
+                turn_id,
+            )
         if turn.finished:
             return
         if error is not None:
