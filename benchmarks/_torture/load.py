@@ -164,10 +164,10 @@ async def run_load(
         started = time.perf_counter()
 
         async def stream_with_session(thread_id: str) -> None:
-            from roder_runtime import UserInput  # type: ignore[attr-defined]
+            from roder_runtime import UserInput
 
             got: list[JournalEvent | Event] = received.setdefault(thread_id, [])
-            async with await runtime.start_session(thread_id) as session:  # type: ignore[attr-defined]
+            async with await runtime.start_session(thread_id) as session:
                 number = 0
                 while time.perf_counter() < deadline:
                     number += 1

@@ -57,7 +57,7 @@ def _text(rng: random.Random, job: ChildJob, count: int) -> str:
 
 async def session_child(job: ChildJob, conn: Connection) -> None:
     """Chat through sessions until killed, acknowledging every delivered event."""
-    from roder_runtime import UserInput  # type: ignore[attr-defined]
+    from roder_runtime import UserInput
 
     rng = random.Random(job.seed)
     acks = Acks(job.ack_path)
