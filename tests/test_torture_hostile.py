@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 import tempfile
+import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,20 +23,19 @@ import anyio.to_thread
 import pytest
 from _torture import hostile
 from _torture.stats import KindStats
-from _torture.stores import StoreSpec
+from _torture.stores import StoreSpec, drop_schema, installed_backends, postgres_dsn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from roder_api.errors import (
     ConfigError,
     InvalidThreadIdError,
-    RoderError,
     UnserializableEventError,
 )
 from roder_api.events import ItemCompleted, JournalEvent
-from roder_api.threads import ThreadMetadata
+from roder_api.threads import ThreadMetadata, ThreadStore
 from roder_api.transcript import ToolResultRecord, UserMessage
-from roder_jsonl_thread_store import JsonlThreadStore, JsonlThreadStoreFactory
+from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import load_config
 
 BACKENDS = ["asyncio", "trio"]
@@ -142,6 +143,30 @@ TRICKY_IDS = [
 ]
 
 
+@pytest.fixture(params=["jsonl", "sqlite", "postgres"])
+async def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ThreadStore]:
+    """Return an open store of each installed backend (PostgreSQL in a fresh schema)."""
+    backend = str(request.param)
+    if backend != "jsonl" and backend not in installed_backends():
+        pytest.skip(f"the {backend} store is not installed")
+    settings: dict[str, Any] = {"path": str(tmp_path / "store")}
+    if backend == "sqlite":
+        settings = {"path": str(tmp_path / "roder.db")}
+    dsn = None
+    if backend == "postgres":
+        dsn = await anyio.to_thread.run_sync(postgres_dsn)
+        if dsn is None:
+            pytest.skip("PostgreSQL is not reachable")
+        settings = {"dsn": dsn, "schema": f"torture_{uuid.uuid4().hex[:12]}"}
+    store = await StoreSpec(backend, backend, settings).factory().open()
+    try:
+        yield store
+    finally:
+        await store.aclose()
+        if dsn is not None:
+            await anyio.to_thread.run_sync(drop_schema, dsn, settings["schema"])
+
+
 def _tree(path: Path) -> list[str]:
     return sorted(str(p) for p in path.rglob("*"))
 
@@ -149,16 +174,16 @@ def _tree(path: Path) -> list[str]:
 @pytest.mark.anyio
 @pytest.mark.parametrize("thread_id", TRICKY_IDS, ids=lambda t: repr(t)[:20])
 async def test_tricky_thread_ids_are_refused_before_touching_the_disk(
-    jsonl_store: JsonlThreadStore, tmp_path: Path, thread_id: str
+    any_store: ThreadStore, tmp_path: Path, thread_id: str
 ) -> None:
     before = await anyio.to_thread.run_sync(_tree, tmp_path)
     with pytest.raises(InvalidThreadIdError):
-        await jsonl_store.create_thread(ThreadMetadata(thread_id, 0, 0))
+        await any_store.create_thread(ThreadMetadata(thread_id, 0, 0))
     for call in (
-        jsonl_store.get_thread(thread_id),
-        jsonl_store.read_events(thread_id),
-        jsonl_store.append_events(thread_id, [ItemCompleted("t", UserMessage("x"))]),
-        jsonl_store.delete_thread(thread_id),
+        any_store.get_thread(thread_id),
+        any_store.read_events(thread_id),
+        any_store.append_events(thread_id, [ItemCompleted("t", UserMessage("x"))]),
+        any_store.delete_thread(thread_id),
     ):
         with pytest.raises(InvalidThreadIdError):
             await call
@@ -216,17 +241,13 @@ def test_titles_of_any_text_round_trip(backend: str, title: str) -> None:
 
 
 @pytest.mark.anyio
-async def test_a_huge_title_and_message_round_trip(jsonl_factory: JsonlThreadStoreFactory) -> None:
-    huge = "\x01é\n" * 3_000_000  # ~12 MB of text with control characters and newlines
-    store = await jsonl_factory.open()
-    await store.create_thread(ThreadMetadata("big", 0, 0, title=huge))
-    await store.append_events("big", [ItemCompleted("t", UserMessage(huge))])
-    await store.aclose()
-    fresh = await jsonl_factory.open()
-    assert (await fresh.get_thread("big")).title == huge
-    (entry,) = await fresh.read_events("big")
+async def test_a_huge_title_and_message_round_trip(any_store: ThreadStore) -> None:
+    huge = "\x01é\n\u2028\t" * 1_000_000  # ~7 MB with control characters and newlines
+    await any_store.create_thread(ThreadMetadata("big", 0, 0, title=huge))
+    await any_store.append_events("big", [ItemCompleted("t", UserMessage(huge))])
+    assert (await any_store.get_thread("big")).title == huge
+    (entry,) = await any_store.read_events("big")
     assert isinstance(entry.event, ItemCompleted) and entry.event.item == UserMessage(huge)
-    await fresh.aclose()
 
 
 # --- configuration ------------------------------------------------------------------------------
@@ -370,22 +391,20 @@ UNSERIALISABLE = {
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("value", list(UNSERIALISABLE.values()), ids=list(UNSERIALISABLE))
-async def test_unserialisable_events_store_nothing(
-    jsonl_store: JsonlThreadStore, value: object
-) -> None:
-    await jsonl_store.create_thread(ThreadMetadata("u", 0, 0))
+async def test_unserialisable_events_store_nothing(any_store: ThreadStore, value: object) -> None:
+    await any_store.create_thread(ThreadMetadata("u", 0, 0))
     good = ItemCompleted("t", UserMessage("kept"))
     bad = ItemCompleted("t", ToolResultRecord("1", "tool", "r", display_payload=value))
     with pytest.raises(UnserializableEventError):
-        await jsonl_store.append_events("u", [good, bad])
-    assert await jsonl_store.read_events("u") == []
-    (entry,) = await jsonl_store.append_events("u", [good])
+        await any_store.append_events("u", [good, bad])
+    assert await any_store.read_events("u") == []
+    (entry,) = await any_store.append_events("u", [good])
     assert entry.sequence == 1
 
 
 @pytest.mark.anyio
-async def test_an_unserialisable_user_text_is_refused(jsonl_store: JsonlThreadStore) -> None:
-    await jsonl_store.create_thread(ThreadMetadata("u", 0, 0))
-    with pytest.raises(RoderError):
-        await jsonl_store.append_events("u", [ItemCompleted("t", UserMessage("\udfff"))])
-    assert (await jsonl_store.get_thread("u")).last_sequence == 0
+async def test_an_unserialisable_user_text_is_refused(any_store: ThreadStore) -> None:
+    await any_store.create_thread(ThreadMetadata("u", 0, 0))
+    with pytest.raises(UnserializableEventError):
+        await any_store.append_events("u", [ItemCompleted("t", UserMessage("\udfff"))])
+    assert (await any_store.get_thread("u")).last_sequence == 0
