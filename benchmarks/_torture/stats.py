@@ -21,6 +21,7 @@ class KindStats:
     lost: int = 0
     corrupt: int = 0
     recovery_ms: list[float] = field(default_factory=list)
+    raw_ms: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)
     skipped: str | None = None
@@ -53,6 +54,7 @@ class KindStats:
             "corrupt_replays": self.corrupt,
             "recovery_ms_median": med,
             "recovery_ms_p99": p99,
+            "raw_read_ms_median": median_p99(self.raw_ms)[0],
             "problems": self.problems,
             "notes": self.notes,
             "skipped": self.skipped,
@@ -80,6 +82,7 @@ HEADER = (
     "lost",
     "corrupt",
     "recovery ms (median / p99)",
+    "raw read ms",
 )
 
 
@@ -88,13 +91,14 @@ def table(kinds: list[KindStats]) -> str:
     rows: list[tuple[str, ...]] = [HEADER]
     for k in kinds:
         if k.skipped:
-            rows.append((k.kind, "skipped: " + k.skipped, "", "", "", "", ""))
+            rows.append((k.kind, "skipped: " + k.skipped, "", "", "", "", "", ""))
             continue
         med, p99 = k.recovery()
         recovery = "-" if med is None else f"{_fmt(med)} / {_fmt(p99)}"
+        raw = _fmt(median_p99(k.raw_ms)[0])
         rows.append(
             (k.kind, str(k.trials), str(k.faults), str(k.acked), str(k.lost), str(k.corrupt))
-            + (recovery,)
+            + (recovery, raw)
         )
     total = [k for k in kinds if not k.skipped]
     rows.append(
@@ -106,9 +110,12 @@ def table(kinds: list[KindStats]) -> str:
             str(sum(k.lost for k in total)),
             str(sum(k.corrupt for k in total)),
             "",
+            "",
         )
     )
-    widths = [max(len(r[i]) for r in rows if not r[1].startswith("skipped")) for i in range(7)]
+    widths = [
+        max(len(r[i]) for r in rows if not r[1].startswith("skipped")) for i in range(len(HEADER))
+    ]
     lines = []
     for number, row in enumerate(rows):
         if row[1].startswith("skipped"):
