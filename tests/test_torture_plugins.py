@@ -21,7 +21,7 @@ import anyio
 import pytest
 
 from roder_api import ExtensionRegistryBuilder
-from roder_api.errors import RoderError, StoreError
+from roder_api.errors import CompactionError, RoderError, StoreError
 from roder_api.events import (
     AssistantContentDelta,
     ErrorEvent,
@@ -310,6 +310,41 @@ async def test_other_threads_stream_while_an_engine_hangs(tmp_path: Path) -> Non
                 tg.start_soon(_turn, runtime, "hangs")
                 tg.start_soon(healthy)
         assert results == ["You said: hi"] * 3
+
+
+class BadCompactor(InferenceEngine):
+    """Chats fine; its native compaction yields junk or raises."""
+
+    id = "bad-compactor"
+
+    def __init__(self, failure: str) -> None:
+        self.failure = failure
+
+    async def stream_turn(
+        self, ctx: InferenceTurnContext, request: AgentInferenceRequest
+    ) -> AsyncIterator[InferenceEvent]:
+        yield MessageDelta("ok")
+        yield Completed()
+
+    async def compact_turn(
+        self, ctx: InferenceTurnContext, request: AgentInferenceRequest
+    ) -> AsyncIterator[InferenceEvent]:
+        if self.failure == "junk":
+            yield 42  # type: ignore[misc]
+        raise PluginBug("the compactor broke")
+
+
+@pytest.mark.parametrize("failure", ["junk", "raise"])
+async def test_an_engine_whose_compaction_misbehaves(tmp_path: Path, failure: str) -> None:
+    async with _runtime(tmp_path, BadCompactor(failure)) as runtime:
+        thread_id = (await runtime.create_thread()).thread_id
+        await runtime.run_turn(thread_id, "hi", engine="bad-compactor")
+        history = await runtime.replay_history(thread_id)
+        with pytest.raises(CompactionError) as caught:
+            await runtime.compact_with_provider(thread_id, "c1", "bad-compactor", None, history)
+        assert "int" in str(caught.value) or "PluginBug" in str(caught.value)
+        assert await runtime.replay_history(thread_id) == history
+        await _still_usable(runtime)
 
 
 # --- stores ------------------------------------------------------------------------------------
