@@ -80,8 +80,9 @@ async def build_journal(spec: StoreSpec, batches: int = 8) -> tuple[Path, list[J
                 UsageUpdated(f"turn{number}", TokenUsage(number + 1, 1, number + 2), "turn"),
             ]
             await store.append_events(THREAD_ID, batch[: 1 + number % 2])
-            if number == 2:
-                await store.update_thread(THREAD_ID, title="a title")
+            if number in (2, 5):
+                # Two title changes: swapping their lines changes what the thread says.
+                await store.update_thread(THREAD_ID, title=f"title {number}")
         events = await store.read_events(THREAD_ID)
         path = Path(getattr(store, "journal_path")(THREAD_ID))  # noqa: B009 - JSONL only
     finally:
@@ -142,11 +143,12 @@ async def check_mutation(
     stats.acked += keep
     where = f"{stats.kind}: {mutation}"
     read: list[JournalEvent] | None = None
+    title: str | None = "title 5"
     store = await spec.factory().open()
     try:
         try:
             read = await store.read_events(THREAD_ID)
-            await store.get_thread(THREAD_ID)
+            title = (await store.get_thread(THREAD_ID)).title
             await store.replay_events(THREAD_ID)
         except RoderError:
             read = None
@@ -176,7 +178,7 @@ async def check_mutation(
                 stats.problem(f"{where}: the write after the damage is misplaced", corrupt=1)
     finally:
         await store.aclose()
-    changed = read != events
+    changed = read != events or title != "title 5"
     clean_truncation = mutation.kind == "truncate" and damaged == b"".join(lines[:first_bad])
     if fsck is not None and changed and not clean_truncation:
         await file.write_bytes(damaged)

@@ -22,6 +22,7 @@ listing) catches the index up from the journals before removing it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -966,19 +967,27 @@ class JsonlThreadStore(ThreadStore):
             if path.exists():
                 raise ThreadExistsError(thread_id)
             tmp = self.tmp_dir / f"{thread_id}.{os.getpid()}.{threading.get_ident()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                _write_all(fd, line)
-                self._sync(fd)
-            finally:
-                os.close(fd)
-            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    _write_all(fd, line)
+                    self._sync(fd)
+                finally:
+                    os.close(fd)
                 # link() is atomic and refuses to replace: a journal always has its header.
                 os.link(tmp, path)
             except FileExistsError:
                 raise ThreadExistsError(thread_id) from None
+            except OSError as exc:
+                # A full or failing disk: no journal was made; say so as a StoreError.
+                hint = "; free disk space and retry" if exc.errno == errno.ENOSPC else ""
+                raise StoreError(
+                    f"could not create thread {thread_id!r} in {self.threads_dir}: "
+                    f"{exc.strerror or exc}; nothing was stored{hint}"
+                ) from exc
             finally:
-                os.unlink(tmp)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
             self._sync_dir(self.threads_dir)
             self._states.pop(thread_id, None)
             state = self._load_state(thread_id, locked=True)
