@@ -130,7 +130,8 @@ class TurnComplete(Record):
 @register("turn_aborted")
 @dataclass(frozen=True, slots=True)
 class TurnAborted(Record):
-    """A turn ended early (``interrupted``, ``failed``, ``closed``, ``process_exited``)."""
+    """A turn ended early (``interrupted``, ``failed``, ``closed``, ``process_exited``,
+    ``timeout``)."""
 
     turn_id: str
     reason: str
