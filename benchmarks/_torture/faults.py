@@ -116,8 +116,10 @@ async def run_injected_faults(
                 "spec": asdict(spec),
                 "thread_id": thread_id,
                 "seed": seed * 10_000 + number,
-                "before": rng.randint(0, 3),
-                "skip": rng.choice((0, 0, 0, 1, 2)),
+                # The first trial faults the very first write or sync of a fresh process
+                # (before any commit: session markers, directories); the others at random.
+                "before": rng.randint(0, 3) if number else 0,
+                "skip": rng.choice((0, 0, 0, 1, 2)) if number else 0,
                 "backend": backends[number % len(backends)],
             }
             outcome = _run_fault_child(plan)

@@ -562,7 +562,15 @@ class JsonlThreadStore(ThreadStore):
         if not self._session_started:
             with self._ready_lock:
                 if not self._session_started:
-                    self._session.start(durable=self.durability != "none")
+                    try:
+                        self._session.start(durable=self.durability != "none")
+                    except OSError as exc:
+                        # A full or failing disk before the first write: say so clearly.
+                        hint = "; free disk space and retry" if exc.errno == errno.ENOSPC else ""
+                        raise StoreError(
+                            f"could not start writing to the JSONL store in {self.base_path}: "
+                            f"{exc.strerror or exc}; nothing was stored{hint}"
+                        ) from exc
                     self._session_started = True
 
     # --- loading a journal's state --------------------------------------------------------
