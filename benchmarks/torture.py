@@ -226,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         report = anyio.run(run, args, Path(tmp))
     report["store_warnings"] = warnings
     print(report["table"])
+    for kind in report["kinds"]:
+        if kind["notes"]:
+            print(f"  {kind['kind']}: " + ", ".join(f"{k} {v}" for k, v in kind["notes"].items()))
     for summary in report["load_summary"]:
         print(summary)
     print(

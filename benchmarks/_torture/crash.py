@@ -14,6 +14,7 @@ Recovery time is the time the fresh store takes to open and read every trial thr
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import random
@@ -314,6 +315,11 @@ async def verify(
     store: ThreadStore | None = None
     read: dict[str, tuple[ThreadMetadata, list[JournalEvent], list[JournalEvent]]] = {}
     journals: list[str] = []
+    recovery_log = _RecoveryLog()
+    logger = logging.getLogger("roder")
+    level = logger.level
+    logger.setLevel(logging.INFO)  # "a writer died" is logged at INFO
+    logger.addHandler(recovery_log)
     try:
         store = await spec.factory().open()
         for thread_id in states:
@@ -330,6 +336,10 @@ async def verify(
             if journal_path is not None:
                 journals = [str(journal_path(thread_id)) for thread_id in states]
             await store.aclose()
+        logger.removeHandler(recovery_log)
+        logger.setLevel(level)
+        for what, count in recovery_log.counts.items():
+            stats.notes[what] = stats.notes.get(what, 0) + count
     stats.recovery_ms.append((time.perf_counter() - started) * 1000)
     if journals:
         stats.raw_ms.append(await anyio.to_thread.run_sync(raw_read_ms, journals))
@@ -353,6 +363,26 @@ async def create_threads(spec: StoreSpec, count: int) -> dict[str, ThreadState]:
         return states
     finally:
         await store.aclose()
+
+
+class _RecoveryLog(logging.Handler):
+    """Counts what a store's recovery reported while reopening (torn tails cut, ...)."""
+
+    KINDS = (
+        ("cut a torn", "torn tails cut on reopen"),
+        ("missing newline", "newlines restored on reopen"),
+        ("died", "dead writers caught up"),
+    )
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.counts: dict[str, int] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = str(record.msg)
+        for needle, label in self.KINDS:
+            if needle in message:
+                self.counts[label] = self.counts.get(label, 0) + 1
 
 
 def raw_read_ms(paths: Sequence[str]) -> float:
