@@ -142,7 +142,9 @@ def _spawn(path: Path, worker: str, batches: int, threads: list[str]) -> subproc
 
 def _acknowledged(lines: str) -> dict[str, list[tuple[int, int]]]:
     acked: dict[str, list[tuple[int, int]]] = defaultdict(list)
-    for line in lines.splitlines():
+    for line in lines.splitlines(keepends=True):
+        if not line.endswith("\n"):
+            continue  # cut short by the kill (stdout is buffered): not acknowledged
         tid, sequence, size = line.split()
         acked[tid].append((int(sequence), int(size)))
     return acked
