@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from roder_api._record import Record, from_dict, register
-from roder_api.errors import InvalidThreadIdError, ThreadNotFoundError
+from roder_api.errors import InvalidThreadIdError, SequenceConflictError, ThreadNotFoundError
 from roder_api.events import (
     Event,
     ItemCompleted,
@@ -190,6 +190,26 @@ UNSET: Any = _Unset()
 """Marks an argument that was not given (as opposed to None)."""
 
 
+def metadata_changes(title: Any = UNSET, extra: Any = UNSET) -> dict[str, Any]:
+    """Return the metadata changes an ``update_thread`` call asks for (``title``, ``extra``).
+
+    Arguments left ``UNSET`` are not included; an empty result means "change nothing".
+    """
+    changes: dict[str, Any] = {}
+    if title is not UNSET:
+        changes["title"] = title
+    if extra is not UNSET:
+        changes["extra"] = dict(extra)
+    return changes
+
+
+def check_consecutive(thread_id: str, entries: Sequence[JournalEvent]) -> None:
+    """Raise ``SequenceConflictError`` unless ``entries`` have consecutive sequence numbers."""
+    for previous, entry in zip(entries, entries[1:], strict=False):
+        if entry.sequence != previous.sequence + 1:
+            raise SequenceConflictError(thread_id, previous.sequence + 1, entry.sequence)
+
+
 # --- the store contract ---------------------------------------------------------------------
 
 
@@ -323,10 +343,12 @@ __all__ = [
     "ThreadStoreFactory",
     "Turn",
     "UNSET",
+    "check_consecutive",
     "decode_cursor",
     "encode_cursor",
     "fold_metadata",
     "listing_key",
+    "metadata_changes",
     "replay_start",
     "turns_from_events",
     "validate_thread_id",

@@ -60,8 +60,10 @@ from roder_api.threads import (
     ThreadPage,
     ThreadStore,
     ThreadStoreFactory,
+    check_consecutive,
     decode_cursor,
     encode_cursor,
+    metadata_changes,
     validate_thread_id,
 )
 from roder_jsonl_thread_store._format import (
@@ -1391,11 +1393,7 @@ class JsonlThreadStore(ThreadStore):
     ) -> ThreadMetadata:
         """Change a thread's title and/or extra metadata."""
         validate_thread_id(thread_id)
-        changes: dict[str, Any] = {}
-        if title is not UNSET:
-            changes["title"] = title
-        if extra is not UNSET:
-            changes["extra"] = dict(extra)
+        changes = metadata_changes(title, extra)
         if not changes:
             return await self.get_thread(thread_id)
         try:
@@ -1428,9 +1426,7 @@ class JsonlThreadStore(ThreadStore):
         validate_thread_id(thread_id)
         if not entries:
             return
-        for previous, entry in zip(entries, entries[1:], strict=False):
-            if entry.sequence != previous.sequence + 1:
-                raise SequenceConflictError(thread_id, previous.sequence + 1, entry.sequence)
+        check_consecutive(thread_id, entries)
         await self._submit(self._import_commit(thread_id, list(entries)))
 
     async def read_events(

@@ -36,10 +36,12 @@ from roder_api.threads import (
     ThreadPage,
     ThreadStore,
     ThreadStoreFactory,
+    check_consecutive,
     decode_cursor,
     encode_cursor,
     fold_metadata,
     listing_key,
+    metadata_changes,
     validate_thread_id,
 )
 
@@ -426,11 +428,7 @@ class PostgresThreadStore(ThreadStore):
     ) -> ThreadMetadata:
         """Change a thread's title and/or extra metadata."""
         validate_thread_id(thread_id)
-        changes: dict[str, Any] = {}
-        if title is not UNSET:
-            changes["title"] = title
-        if extra is not UNSET:
-            changes["extra"] = dict(extra)
+        changes = metadata_changes(title, extra)
         if not changes:
             return await self.get_thread(thread_id)
         return await self._run(self._update_sync, thread_id, changes)
@@ -448,9 +446,7 @@ class PostgresThreadStore(ThreadStore):
         validate_thread_id(thread_id)
         if not entries:
             return
-        for previous, entry in zip(entries, entries[1:], strict=False):
-            if entry.sequence != previous.sequence + 1:
-                raise SequenceConflictError(thread_id, previous.sequence + 1, entry.sequence)
+        check_consecutive(thread_id, entries)
         payloads = _encode_events([entry.event for entry in entries])
         await self._run(self._import_sync, thread_id, list(entries), payloads)
 
