@@ -61,6 +61,11 @@ def progress(
     return iter(tqdm(iterable, total=total, desc=desc, disable=disable, file=sys.stderr))
 
 
+def count(number: int, noun: str) -> str:
+    """Return ``number`` with ``noun`` in the singular or plural (``1 thread``, ``2 threads``)."""
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
 def format_ms(ms: int) -> str:
     """Return a UTC timestamp for milliseconds since the epoch."""
     return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")

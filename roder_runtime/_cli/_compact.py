@@ -15,6 +15,7 @@ from roder_runtime._cli._common import (
     CommandError,
     add_command,
     add_json_flag,
+    count,
     open_runtime,
     print_json,
 )
@@ -108,7 +109,7 @@ async def run_compact(runtime: Runtime, args: argparse.Namespace) -> int:
             f"({_boundary_label(result.boundary)})"
         )
         print(
-            f"replay history: {_items(len(history))} -> {len(replay)} "
+            f"replay history: {count(len(history), 'item')} -> {len(replay)} "
             f"(the boundary{'' if len(replay) == 1 else ' and what follows it'})"
         )
         print(
@@ -119,12 +120,10 @@ async def run_compact(runtime: Runtime, args: argparse.Namespace) -> int:
     assert error is not None
     print(f"discarded compaction of thread {thread_id}: {error.reason}")
     print(f"  {error}")
-    print(f"replay history unchanged: {_items(len(replay))}; thread usage by purpose: {spent}")
+    print(
+        f"replay history unchanged: {count(len(replay), 'item')}; thread usage by purpose: {spent}"
+    )
     return EXIT_FAILURE
-
-
-def _items(count: int) -> str:
-    return f"{count} item" if count == 1 else f"{count} items"
 
 
 def _error_usage(error: CompactionError | None) -> TokenUsage:

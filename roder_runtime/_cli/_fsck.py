@@ -12,6 +12,7 @@ from roder_runtime._cli._common import (
     CommandError,
     add_command,
     add_json_flag,
+    count,
     open_runtime,
     print_json,
     progress,
@@ -118,7 +119,7 @@ async def fsck_command(args: argparse.Namespace) -> int:
     if args.json:
         print_json(summary)
     else:
-        text = f"checked {len(reports)} threads: {damaged} damaged, {repaired} repaired"
+        text = f"checked {count(len(reports), 'thread')}: {damaged} damaged, {repaired} repaired"
         if indexed is not None:
             text += f"; index rebuilt ({indexed} threads)"
         if damaged and not args.repair:

@@ -57,6 +57,7 @@ from roder_runtime._cli._common import (
     add_command,
     add_json_flag,
     confirm,
+    count,
     format_ms,
     format_size,
     iso_ms,
@@ -710,7 +711,7 @@ async def fork_command(args: argparse.Namespace) -> int:
     print(f"thread: {fork.thread_id}")
     print(
         f"forked from {args.thread_id} at sequence {origin.get('sequence')} "
-        f"({_count(copied, 'event')}, {_count(fork.item_count, 'item')} copied)"
+        f"({count(copied, 'event')}, {count(fork.item_count, 'item')} copied)"
     )
     return EXIT_OK
 
@@ -819,10 +820,6 @@ async def prune_command(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("dry run: nothing was deleted")
     return EXIT_OK
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 def _total(items: Sequence[_Doomed]) -> str:
