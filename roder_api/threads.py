@@ -158,6 +158,17 @@ def replay_start(entries: Sequence[JournalEvent]) -> int:
     return 0
 
 
+def last_boundary_sequence(entries: Sequence[JournalEvent], previous: int) -> int:
+    """Return the sequence of the last boundary event in ``entries``, else ``previous``.
+
+    Stores that remember where replay starts advance it with this on every append.
+    """
+    for entry in reversed(entries):
+        if is_boundary_event(entry.event):
+            return entry.sequence
+    return previous
+
+
 def encode_cursor(updated_at_ms: int, thread_id: str) -> str:
     """Return an opaque listing cursor for the position after ``(updated_at_ms, thread_id)``."""
     raw = orjson.dumps([updated_at_ms, thread_id])
@@ -347,6 +358,7 @@ __all__ = [
     "decode_cursor",
     "encode_cursor",
     "fold_metadata",
+    "last_boundary_sequence",
     "listing_key",
     "metadata_changes",
     "replay_start",

@@ -148,3 +148,13 @@ def test_token_usage_adds_field_by_field() -> None:
     total = TokenUsage(1, 2, 3, 4, 5) + TokenUsage(10, 20, 30, 40, 50)
     assert total == TokenUsage(11, 22, 33, 44, 55)
     assert TokenUsage().is_zero() and not total.is_zero()
+
+
+def test_batch_encoders_refuse_the_whole_batch_clearly() -> None:
+    good = UserMessage("ok")
+    bad = ToolResultRecord("1", "t", "r", display_payload=float("nan"))
+    assert orjson.loads(codec.dumps_list([good, good])) == [codec.to_dict(good)] * 2
+    assert codec.dumps_each([good]) == [codec.dumps(good)]
+    for encode in (codec.dumps_each, codec.dumps_list):
+        with pytest.raises(UnserializableEventError, match="nothing was stored"):
+            encode([good, bad])

@@ -41,7 +41,7 @@ import anyio.to_thread
 import orjson
 
 from roder_api._record import to_dict
-from roder_api.codec import from_dict
+from roder_api.codec import dumps_each, dumps_list, from_dict
 from roder_api.errors import (
     SequenceConflictError,
     StoppedError,
@@ -925,20 +925,18 @@ class JsonlThreadStore(ThreadStore):
         commit.build = build
         return commit
 
-    def _import_commit(self, thread_id: str, entries: Sequence[JournalEvent]) -> _Commit:
+    def _import_commit(
+        self, thread_id: str, entries: Sequence[JournalEvent], payloads: Sequence[bytes]
+    ) -> _Commit:
         def build(state: JournalState) -> bytes:
             expected = state.metadata.last_sequence + 1
             if entries[0].sequence != expected:
                 raise SequenceConflictError(thread_id, expected, entries[0].sequence)
-            lines = []
-            for entry in entries:
-                try:
-                    events_json = orjson.dumps([to_dict(entry.event)])
-                except (TypeError, AttributeError) as exc:
-                    raise UnserializableEventError(
-                        f"cannot serialise an imported event: {exc}; nothing was stored"
-                    ) from exc
-                lines.append(events_record(entry.sequence, entry.recorded_at_ms, events_json))
+            # One line per imported event keeps each event's own recorded time.
+            lines = [
+                events_record(entry.sequence, entry.recorded_at_ms, b"[%s]" % payload)
+                for entry, payload in zip(entries, payloads, strict=True)
+            ]
             for line, entry in zip(lines, entries, strict=True):
                 _advance(state, line, [entry])
             return b"".join(lines)
@@ -1410,12 +1408,7 @@ class JsonlThreadStore(ThreadStore):
         validate_thread_id(thread_id)
         if not events:
             return []
-        try:
-            events_json = orjson.dumps([to_dict(e) for e in events])
-        except (TypeError, AttributeError) as exc:
-            raise UnserializableEventError(
-                f"cannot serialise an event of this batch: {exc}; nothing was stored"
-            ) from exc
+        events_json = dumps_list(events)
         result: list[JournalEvent] = await self._submit(
             self._events_commit(thread_id, events_json, list(events))
         )
@@ -1427,7 +1420,8 @@ class JsonlThreadStore(ThreadStore):
         if not entries:
             return
         check_consecutive(thread_id, entries)
-        await self._submit(self._import_commit(thread_id, list(entries)))
+        payloads = dumps_each([entry.event for entry in entries])
+        await self._submit(self._import_commit(thread_id, list(entries), payloads))
 
     async def read_events(
         self, thread_id: str, *, after: int = 0, limit: int | None = None

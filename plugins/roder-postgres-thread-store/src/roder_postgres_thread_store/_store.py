@@ -18,16 +18,15 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from roder_api.codec import from_dict, to_dict
+from roder_api.codec import dumps_each, from_dict, to_dict
 from roder_api.errors import (
     SequenceConflictError,
     StoppedError,
     StoreError,
     ThreadExistsError,
     ThreadNotFoundError,
-    UnserializableEventError,
 )
-from roder_api.events import Event, JournalEvent, is_boundary_event
+from roder_api.events import Event, JournalEvent
 from roder_api.inference import TokenUsage
 from roder_api.threads import (
     UNSET,
@@ -40,6 +39,7 @@ from roder_api.threads import (
     decode_cursor,
     encode_cursor,
     fold_metadata,
+    last_boundary_sequence,
     listing_key,
     metadata_changes,
     validate_thread_id,
@@ -95,22 +95,6 @@ _MAX_ATTEMPTS = 8
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _encode_events(events: Sequence[Event]) -> list[str]:
-    try:
-        return [orjson.dumps(to_dict(event)).decode() for event in events]
-    except (TypeError, AttributeError, ValueError) as exc:
-        raise UnserializableEventError(
-            f"cannot serialise an event of this batch: {exc}; nothing was stored"
-        ) from exc
-
-
-def _last_boundary(entries: Sequence[JournalEvent], previous: int) -> int:
-    for entry in reversed(entries):
-        if is_boundary_event(entry.event):
-            return entry.sequence
-    return previous
 
 
 def _metadata(raw: str) -> ThreadMetadata:
@@ -230,7 +214,7 @@ class PostgresThreadStore(ThreadStore):
                 "events": list(payloads),
                 "updated": folded.updated_at_ms,
                 "last": folded.last_sequence,
-                "boundary": _last_boundary(entries, boundary),
+                "boundary": last_boundary_sequence(entries, boundary),
                 "metadata": orjson.dumps(to_dict(folded)).decode(),
             },
         )
@@ -438,7 +422,7 @@ class PostgresThreadStore(ThreadStore):
         validate_thread_id(thread_id)
         if not events:
             return []
-        payloads = _encode_events(events)
+        payloads = [payload.decode() for payload in dumps_each(events)]
         return await self._run(self._append_sync, thread_id, list(events), payloads)
 
     async def import_events(self, thread_id: str, entries: Sequence[JournalEvent]) -> None:
@@ -447,7 +431,7 @@ class PostgresThreadStore(ThreadStore):
         if not entries:
             return
         check_consecutive(thread_id, entries)
-        payloads = _encode_events([entry.event for entry in entries])
+        payloads = [payload.decode() for payload in dumps_each([e.event for e in entries])]
         await self._run(self._import_sync, thread_id, list(entries), payloads)
 
     async def read_events(

@@ -15,16 +15,15 @@ from typing import Any, Generic, TypeVar
 import anyio.to_thread
 import orjson
 
-from roder_api.codec import from_dict, to_dict
+from roder_api.codec import dumps_each, from_dict, to_dict
 from roder_api.errors import (
     SequenceConflictError,
     StoppedError,
     StoreError,
     ThreadExistsError,
     ThreadNotFoundError,
-    UnserializableEventError,
 )
-from roder_api.events import Event, JournalEvent, is_boundary_event
+from roder_api.events import Event, JournalEvent
 from roder_api.inference import TokenUsage
 from roder_api.threads import (
     UNSET,
@@ -37,6 +36,7 @@ from roder_api.threads import (
     decode_cursor,
     encode_cursor,
     fold_metadata,
+    last_boundary_sequence,
     listing_key,
     metadata_changes,
     validate_thread_id,
@@ -86,22 +86,6 @@ leaves syncing to the OS."""
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _encode_events(events: Sequence[Event]) -> list[bytes]:
-    try:
-        return [orjson.dumps(to_dict(event)) for event in events]
-    except (TypeError, AttributeError, ValueError) as exc:
-        raise UnserializableEventError(
-            f"cannot serialise an event of this batch: {exc}; nothing was stored"
-        ) from exc
-
-
-def _last_boundary(entries: Sequence[JournalEvent], previous: int) -> int:
-    for entry in reversed(entries):
-        if is_boundary_event(entry.event):
-            return entry.sequence
-    return previous
 
 
 class _WriteRequest(Generic[T]):
@@ -300,7 +284,7 @@ class SqliteThreadStore(ThreadStore):
             ],
         )
         folded = fold_metadata(metadata, entries)
-        self._store_metadata(conn, folded, _last_boundary(entries, previous_boundary))
+        self._store_metadata(conn, folded, last_boundary_sequence(entries, previous_boundary))
 
     def _create_sync(self, metadata: ThreadMetadata) -> ThreadMetadata:
         stored = replace(metadata, usage=TokenUsage(), item_count=0, last_sequence=0)
@@ -472,7 +456,7 @@ class SqliteThreadStore(ThreadStore):
         validate_thread_id(thread_id)
         if not events:
             return []
-        payloads = _encode_events(events)
+        payloads = dumps_each(events)
         return await self._run(self._append_sync, thread_id, list(events), payloads)
 
     async def import_events(self, thread_id: str, entries: Sequence[JournalEvent]) -> None:
@@ -481,7 +465,7 @@ class SqliteThreadStore(ThreadStore):
         if not entries:
             return
         check_consecutive(thread_id, entries)
-        payloads = _encode_events([entry.event for entry in entries])
+        payloads = dumps_each([entry.event for entry in entries])
         await self._run(self._import_sync, thread_id, list(entries), payloads)
 
     async def read_events(
