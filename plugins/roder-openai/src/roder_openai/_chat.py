@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import orjson
 
 from roder_api.inference import (
@@ -28,8 +28,9 @@ from roder_api.inference import (
     ToolCallCompleted,
     Usage,
 )
-from roder_openai._http import HttpEngine, failure_for_exception, redact
+from roder_openai._http import HttpEngine, redact
 from roder_openai._replay import chat_messages
+from roder_openai._sse import ServerSentEvent
 
 FAILED_FINISH_REASONS = frozenset({"length", "content_filter"})
 """Finish reasons that mean the reply is not whole: the turn ends with ``Failed``."""
@@ -66,13 +67,14 @@ class ChatStreamState:
         self.response_id: str | None = None
         self.finish_reason: str | None = None
         self.usage: TokenUsage | None = None
-        self.done = False
+        self.finished = False
         self._calls: dict[int, _PartialCall] = {}
 
-    def handle(self, data_text: str) -> list[InferenceEvent]:
-        """Return the events of one ``data:`` payload (``[DONE]`` ends the stream)."""
+    def handle(self, sse: ServerSentEvent) -> list[InferenceEvent]:
+        """Return the events of one server-sent event (``data: [DONE]`` ends the stream)."""
+        data_text = sse.data
         if data_text.strip() == "[DONE]":
-            self.done = True
+            self.finished = True
             return self.finish()
         try:
             chunk = orjson.loads(data_text)
@@ -84,7 +86,7 @@ class ChatStreamState:
             return []
         if isinstance(chunk.get("error"), Mapping):
             error = chunk["error"]
-            self.done = True
+            self.finished = True
             message = f"the server reported an error: {error.get('message') or error}"
             return [Failed(redact(message, self._key))]
         if chunk.get("id") and self.response_id is None:
@@ -186,24 +188,7 @@ class OpenAIChatEngine(HttpEngine):
     ) -> AsyncIterator[InferenceEvent]:
         """Yield the events of one streamed ``POST /chat/completions`` call."""
         body = self.request_body(ctx, request)
-        final: list[InferenceEvent] = []
-        async with self.open_events("chat/completions", body) as (events, key):
-            state = ChatStreamState(key)
-            try:
-                async for sse in events:
-                    produced = state.handle(sse.data)
-                    if state.done:
-                        final = produced
-                        break
-                    for event in produced:
-                        yield event
-            except httpx.HTTPError as error:
-                raise failure_for_exception(error, streaming=True) from None
-        # The terminal events go out after the body is settled and the connection released.
-        if not state.done:
-            raise ProviderFailure(
-                ProviderFailureKind.STREAM_INTERRUPTED,
-                "the response stream ended before [DONE]",
-            )
-        for event in final:
-            yield event
+        stream = self.stream_events("chat/completions", body, ChatStreamState, "[DONE]")
+        async with aclosing(stream) as events:
+            async for event in events:
+                yield event

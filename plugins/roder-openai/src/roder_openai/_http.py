@@ -5,9 +5,9 @@ from __future__ import annotations
 import email.utils
 import re
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import httpx
@@ -15,6 +15,7 @@ import orjson
 
 from roder_api.inference import (
     InferenceEngine,
+    InferenceEvent,
     InferenceProviderContext,
     ModelDescriptor,
     ProviderFailure,
@@ -135,6 +136,16 @@ def failure_for_exception(error: httpx.HTTPError, *, streaming: bool) -> Provide
     return ProviderFailure(ProviderFailureKind.OTHER, f"HTTP client error ({name}: {error})")
 
 
+class StreamState(Protocol):
+    """Turns one provider's server-sent events into inference events."""
+
+    finished: bool
+
+    def handle(self, sse: ServerSentEvent) -> list[InferenceEvent]:
+        """Return the events of one server-sent event; set ``finished`` on the last."""
+        ...
+
+
 class HttpEngine(InferenceEngine):
     """The HTTP half of an OpenAI-style engine: settings, a lazily made client, requests.
 
@@ -228,6 +239,40 @@ class HttpEngine(InferenceEngine):
             await _settle(chunks, SETTLE_SECONDS)
         finally:
             await response.aclose()
+
+    async def stream_events(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        new_state: Callable[[str | None], StreamState],
+        terminal: str,
+    ) -> AsyncGenerator[InferenceEvent, None]:
+        """Yield the inference events of a streamed ``POST path``, decoded by a stream state.
+
+        The terminal events (those that finish the state) go out only after the body is
+        settled and the connection released: the runtime closes the generator as soon as it
+        sees them. A stream that ends before ``terminal`` raises ``STREAM_INTERRUPTED``.
+        """
+        final: list[InferenceEvent] = []
+        async with self.open_events(path, body) as (events, key):
+            state = new_state(key)
+            try:
+                async for sse in events:
+                    produced = state.handle(sse)
+                    if state.finished:
+                        final = produced
+                        break
+                    for event in produced:
+                        yield event
+            except httpx.HTTPError as error:
+                raise failure_for_exception(error, streaming=True) from None
+        if not state.finished:
+            raise ProviderFailure(
+                ProviderFailureKind.STREAM_INTERRUPTED,
+                f"the response stream ended before {terminal}",
+            )
+        for event in final:
+            yield event
 
     async def request_json(
         self, method: str, path: str, body: Mapping[str, Any] | None = None

@@ -11,9 +11,9 @@ final text is used only when no delta was streamed for it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
 from typing import Any
 
-import httpx
 import orjson
 
 from roder_api.inference import (
@@ -33,7 +33,7 @@ from roder_api.inference import (
     Usage,
 )
 from roder_api.transcript import ProviderMetadata
-from roder_openai._http import HttpEngine, failure_for_exception, redact
+from roder_openai._http import HttpEngine, redact
 from roder_openai._replay import (
     PROVIDER,
     ends_with_unanswered_call,
@@ -325,28 +325,10 @@ class OpenAIResponsesEngine(HttpEngine):
     ) -> AsyncIterator[InferenceEvent]:
         """Yield the events of one streamed ``POST /responses`` call."""
         body = self.request_body(ctx, request)
-        final: list[InferenceEvent] = []
-        async with self.open_events("responses", body) as (events, key):
-            state = ResponsesStreamState(key)
-            try:
-                async for sse in events:
-                    produced = state.handle(sse)
-                    if state.finished:
-                        final = produced
-                        break
-                    for event in produced:
-                        yield event
-            except httpx.HTTPError as error:
-                raise failure_for_exception(error, streaming=True) from None
-        # The terminal events go out after the body is settled and the connection released:
-        # the runtime closes this generator as soon as it sees them.
-        if not state.finished:
-            raise ProviderFailure(
-                ProviderFailureKind.STREAM_INTERRUPTED,
-                "the response stream ended before response.completed",
-            )
-        for event in final:
-            yield event
+        stream = self.stream_events("responses", body, ResponsesStreamState, "response.completed")
+        async with aclosing(stream) as events:
+            async for event in events:
+                yield event
 
     async def compact_turn(
         self, ctx: InferenceTurnContext, request: AgentInferenceRequest
