@@ -6,28 +6,15 @@ from pathlib import Path
 
 import anyio
 import pytest
+from jsonl_helpers import msg
 
 from roder_api.events import ItemCompleted, JournalEvent, UsageUpdated
 from roder_api.inference import TokenUsage
 from roder_api.threads import ThreadMetadata
-from roder_api.transcript import ContextCompaction, UserMessage
+from roder_api.transcript import ContextCompaction
 from roder_jsonl_thread_store import JsonlThreadStore, JsonlThreadStoreFactory
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def factory(tmp_path: Path) -> JsonlThreadStoreFactory:
-    return JsonlThreadStoreFactory(base_path=tmp_path / "store")
-
-
-def msg(i: int, size: int = 0) -> ItemCompleted:
-    return ItemCompleted("turn", UserMessage(f"message {i}" + "." * size))
 
 
 async def long_thread(store: JsonlThreadStore, thread_id: str, count: int) -> None:

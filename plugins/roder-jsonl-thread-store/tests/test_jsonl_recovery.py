@@ -3,42 +3,16 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
+from jsonl_helpers import journal_with, msg
 
 from roder_api.errors import StoreCorruptedError, StoreError
-from roder_api.events import ItemCompleted
 from roder_api.threads import ThreadMetadata
-from roder_api.transcript import UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_jsonl_thread_store._format import encode_record
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def factory(tmp_path: Path) -> JsonlThreadStoreFactory:
-    return JsonlThreadStoreFactory(base_path=tmp_path / "store")
-
-
-def msg(i: int) -> ItemCompleted:
-    return ItemCompleted("turn", UserMessage(f"message {i}"))
-
-
-async def journal_with(factory: JsonlThreadStoreFactory, thread_id: str, count: int) -> Path:
-    store = await factory.open()
-    await store.create_thread(ThreadMetadata(thread_id, 1000, 1000))
-    for i in range(count):
-        await store.append_events(thread_id, [msg(i)])
-    path = store.journal_path(thread_id)
-    await store.aclose()
-    return path
 
 
 async def test_a_reader_cuts_a_torn_tail_and_says_how_many_bytes(

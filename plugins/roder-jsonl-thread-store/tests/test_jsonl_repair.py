@@ -2,46 +2,20 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from jsonl_helpers import journal_with, msg
 
 from roder_api.errors import ThreadNotFoundError
 from roder_api.events import ItemCompleted
 from roder_api.threads import ThreadMetadata
-from roder_api.transcript import UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_jsonl_thread_store._format import encode_record
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def factory(tmp_path: Path) -> JsonlThreadStoreFactory:
-    return JsonlThreadStoreFactory(base_path=tmp_path / "store")
-
-
-def msg(i: int) -> ItemCompleted:
-    return ItemCompleted("turn", UserMessage(f"message {i}"))
-
-
-async def make(factory: JsonlThreadStoreFactory, thread_id: str, count: int) -> Path:
-    store = await factory.open()
-    await store.create_thread(ThreadMetadata(thread_id, 1000, 1000))
-    for i in range(count):
-        await store.append_events(thread_id, [msg(i)])
-    path = store.journal_path(thread_id)
-    await store.aclose()
-    return path
-
-
 async def test_a_healthy_thread_checks_ok(factory: JsonlThreadStoreFactory) -> None:
-    await make(factory, "ok", 3)
+    await journal_with(factory, "ok", 3)
     store = await factory.open()
     check = await store.check_thread("ok")
     assert check.ok and check.damage is None and check.index == "ok"
@@ -54,7 +28,7 @@ async def test_a_healthy_thread_checks_ok(factory: JsonlThreadStoreFactory) -> N
 async def test_a_sequence_gap_is_found_and_its_tail_quarantined(
     factory: JsonlThreadStoreFactory,
 ) -> None:
-    path = await make(factory, "gap", 2)
+    path = await journal_with(factory, "gap", 2)
     intact = path.read_bytes()
     gap = encode_record({"v": 1, "k": "events", "seq": 9, "t": 5, "events": [{"type": "x"}]})
     after = encode_record({"v": 1, "k": "meta", "t": 6, "title": "later"})
@@ -75,7 +49,7 @@ async def test_a_sequence_gap_is_found_and_its_tail_quarantined(
 async def test_a_journal_without_a_valid_first_line_is_set_aside_whole(
     factory: JsonlThreadStoreFactory,
 ) -> None:
-    path = await make(factory, "head", 1)
+    path = await journal_with(factory, "head", 1)
     damaged = b"garbage\n" + path.read_bytes().split(b"\n", 1)[1]
     path.write_bytes(damaged)
     store = await factory.open()
@@ -92,7 +66,7 @@ async def test_a_journal_without_a_valid_first_line_is_set_aside_whole(
 async def test_a_newer_format_is_reported_but_never_repaired(
     factory: JsonlThreadStoreFactory,
 ) -> None:
-    path = await make(factory, "new", 1)
+    path = await journal_with(factory, "new", 1)
     path.write_bytes(path.read_bytes() + encode_record({"v": 3, "k": "events"}))
     before = path.read_bytes()
     store = await factory.open()
@@ -105,8 +79,8 @@ async def test_a_newer_format_is_reported_but_never_repaired(
 
 
 async def test_reindex_rebuilds_every_row(factory: JsonlThreadStoreFactory) -> None:
-    await make(factory, "a", 1)
-    await make(factory, "b", 2)
+    await journal_with(factory, "a", 1)
+    await journal_with(factory, "b", 2)
     store = await factory.open()
     assert await store.reindex() == 2
     assert {m.thread_id: m.item_count for m in (await store.list_threads()).threads} == {
