@@ -10,9 +10,9 @@ from __future__ import annotations
 import base64
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -27,6 +27,8 @@ from roder_api.events import (
 )
 from roder_api.inference import TokenUsage
 from roder_api.transcript import TranscriptItem
+
+T = TypeVar("T")
 
 THREAD_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
 """What a thread id must match, whole."""
@@ -330,6 +332,150 @@ class ThreadStore(ABC):
         await self.aclose()
 
 
+class BlockingThreadStore(ThreadStore):
+    """A thread store whose work is blocking code (a database driver, file I/O).
+
+    Subclasses implement ``_run`` — move a blocking call off the event loop (for example
+    ``anyio.to_thread.run_sync``), raising ``StoppedError`` once closed and translating
+    driver errors into ``StoreError`` — and the blocking methods below. This class
+    validates ids and arguments, serialises events (``roder_api.codec.dumps_each``) before
+    any blocking work starts, and maps every ``ThreadStore`` method onto them. The SQLite
+    and PostgreSQL stores are built this way.
+    """
+
+    @abstractmethod
+    async def _run(self, func: Callable[..., T], *args: Any) -> T:
+        """Return ``func(*args)`` run off the event loop."""
+
+    @abstractmethod
+    def _create_sync(self, metadata: ThreadMetadata) -> ThreadMetadata:
+        """Create the thread (``ThreadExistsError`` when taken); return what is stored."""
+
+    @abstractmethod
+    def _get_sync(self, thread_id: str) -> ThreadMetadata:
+        """Return the thread's metadata (``ThreadNotFoundError`` when absent)."""
+
+    @abstractmethod
+    def _update_sync(self, thread_id: str, changes: dict[str, Any]) -> ThreadMetadata:
+        """Apply :func:`metadata_changes` output; return the new metadata."""
+
+    @abstractmethod
+    def _append_sync(
+        self, thread_id: str, events: Sequence[Event], payloads: Sequence[bytes]
+    ) -> list[JournalEvent]:
+        """Append one atomic, durable batch (``payloads``: each event's JSON bytes)."""
+
+    @abstractmethod
+    def _import_sync(
+        self, thread_id: str, entries: Sequence[JournalEvent], payloads: Sequence[bytes]
+    ) -> None:
+        """Append journal events verbatim; ``SequenceConflictError`` unless they continue."""
+
+    @abstractmethod
+    def _read_sync(
+        self, thread_id: str, after: int, limit: int | None, replay: bool
+    ) -> list[JournalEvent]:
+        """Return events above ``after`` (from the last boundary on when ``replay``)."""
+
+    @abstractmethod
+    def _page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
+        """Return the :meth:`ThreadStore.event_page` answer."""
+
+    @abstractmethod
+    def _list_sync(self, cursor: str | None, limit: int) -> ThreadPage:
+        """Return the :meth:`ThreadStore.list_threads` answer."""
+
+    @abstractmethod
+    def _delete_sync(self, thread_id: str) -> None:
+        """Delete the thread (``ThreadNotFoundError`` when absent)."""
+
+    def _size_sync(self, thread_id: str) -> int | None:
+        """Return the bytes the thread takes, or None when unknown (the default)."""
+        return None
+
+    async def create_thread(self, metadata: ThreadMetadata) -> ThreadMetadata:
+        """Create a thread; raise ``ThreadExistsError`` when the id is taken."""
+        validate_thread_id(metadata.thread_id)
+        return await self._run(self._create_sync, metadata)
+
+    async def get_thread(self, thread_id: str) -> ThreadMetadata:
+        """Return a thread's metadata."""
+        validate_thread_id(thread_id)
+        return await self._run(self._get_sync, thread_id)
+
+    async def update_thread(
+        self,
+        thread_id: str,
+        *,
+        title: str | None = UNSET,
+        extra: Mapping[str, Any] = UNSET,
+    ) -> ThreadMetadata:
+        """Change a thread's title and/or extra metadata."""
+        validate_thread_id(thread_id)
+        changes = metadata_changes(title, extra)
+        if not changes:
+            return await self.get_thread(thread_id)
+        return await self._run(self._update_sync, thread_id, changes)
+
+    async def append_events(self, thread_id: str, events: Sequence[Event]) -> list[JournalEvent]:
+        """Append ``events`` as one atomic, durable batch."""
+        from roder_api.codec import dumps_each  # the codec imports this module
+
+        validate_thread_id(thread_id)
+        if not events:
+            return []
+        payloads = dumps_each(events)
+        return await self._run(self._append_sync, thread_id, list(events), payloads)
+
+    async def import_events(self, thread_id: str, entries: Sequence[JournalEvent]) -> None:
+        """Append journal events verbatim, atomically."""
+        from roder_api.codec import dumps_each  # the codec imports this module
+
+        validate_thread_id(thread_id)
+        if not entries:
+            return
+        check_consecutive(thread_id, entries)
+        payloads = dumps_each([entry.event for entry in entries])
+        await self._run(self._import_sync, thread_id, list(entries), payloads)
+
+    async def read_events(
+        self, thread_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[JournalEvent]:
+        """Return the events with sequence above ``after``, in order."""
+        validate_thread_id(thread_id)
+        return await self._run(self._read_sync, thread_id, after, limit, False)
+
+    async def event_page(
+        self, thread_id: str, *, before: int | None = None, limit: int = 50
+    ) -> EventPage:
+        """Return up to ``limit`` events below ``before`` (newest when None), ascending."""
+        validate_thread_id(thread_id)
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        return await self._run(self._page_sync, thread_id, before, limit)
+
+    async def replay_events(self, thread_id: str) -> list[JournalEvent]:
+        """Return the events from the last compaction boundary on."""
+        validate_thread_id(thread_id)
+        return await self._run(self._read_sync, thread_id, 0, None, True)
+
+    async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> ThreadPage:
+        """Return a page of threads, newest update first."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        return await self._run(self._list_sync, cursor, limit)
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread and its journal."""
+        validate_thread_id(thread_id)
+        await self._run(self._delete_sync, thread_id)
+
+    async def thread_size_bytes(self, thread_id: str) -> int | None:
+        """Return the bytes the thread takes in the store, or None when unknown."""
+        validate_thread_id(thread_id)
+        return await self._run(self._size_sync, thread_id)
+
+
 class ThreadStoreFactory(ABC):
     """Opens thread stores of one backend; registered under ``id``."""
 
@@ -345,6 +491,7 @@ class ThreadStoreFactory(ABC):
 
 
 __all__ = [
+    "BlockingThreadStore",
     "EventPage",
     "THREAD_ID_PATTERN",
     "ThreadMetadata",

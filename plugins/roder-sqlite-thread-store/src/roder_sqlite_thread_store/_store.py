@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 import anyio.to_thread
 import orjson
 
-from roder_api.codec import dumps_each, from_dict, to_dict
+from roder_api.codec import from_dict, to_dict
 from roder_api.errors import (
     SequenceConflictError,
     StoppedError,
@@ -26,20 +26,16 @@ from roder_api.errors import (
 from roder_api.events import Event, JournalEvent
 from roder_api.inference import TokenUsage
 from roder_api.threads import (
-    UNSET,
+    BlockingThreadStore,
     EventPage,
     ThreadMetadata,
     ThreadPage,
-    ThreadStore,
     ThreadStoreFactory,
-    check_consecutive,
     decode_cursor,
     encode_cursor,
     fold_metadata,
     last_boundary_sequence,
     listing_key,
-    metadata_changes,
-    validate_thread_id,
 )
 
 T = TypeVar("T")
@@ -106,7 +102,7 @@ class _WriteRequest(Generic[T]):
         return self.result  # type: ignore[return-value]  # set whenever error is None
 
 
-class SqliteThreadStore(ThreadStore):
+class SqliteThreadStore(BlockingThreadStore):
     """A thread store in one SQLite file: a ``roder_threads`` row per thread (its metadata,
     folded on every append) and a ``roder_events`` row per journal event.
 
@@ -424,86 +420,6 @@ class SqliteThreadStore(ThreadStore):
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
-
-    # --- the ThreadStore API --------------------------------------------------------------
-
-    async def create_thread(self, metadata: ThreadMetadata) -> ThreadMetadata:
-        """Create a thread's row; raise ``ThreadExistsError`` when the id is taken."""
-        validate_thread_id(metadata.thread_id)
-        return await self._run(self._create_sync, metadata)
-
-    async def get_thread(self, thread_id: str) -> ThreadMetadata:
-        """Return a thread's metadata, kept folded in its row."""
-        validate_thread_id(thread_id)
-        return await self._run(self._get_sync, thread_id)
-
-    async def update_thread(
-        self,
-        thread_id: str,
-        *,
-        title: str | None = UNSET,
-        extra: Mapping[str, Any] = UNSET,
-    ) -> ThreadMetadata:
-        """Change a thread's title and/or extra metadata."""
-        validate_thread_id(thread_id)
-        changes = metadata_changes(title, extra)
-        if not changes:
-            return await self.get_thread(thread_id)
-        return await self._run(self._update_sync, thread_id, changes)
-
-    async def append_events(self, thread_id: str, events: Sequence[Event]) -> list[JournalEvent]:
-        """Append ``events`` in one committed transaction (synced per ``durability``)."""
-        validate_thread_id(thread_id)
-        if not events:
-            return []
-        payloads = dumps_each(events)
-        return await self._run(self._append_sync, thread_id, list(events), payloads)
-
-    async def import_events(self, thread_id: str, entries: Sequence[JournalEvent]) -> None:
-        """Insert journal events verbatim in one transaction."""
-        validate_thread_id(thread_id)
-        if not entries:
-            return
-        check_consecutive(thread_id, entries)
-        payloads = dumps_each([entry.event for entry in entries])
-        await self._run(self._import_sync, thread_id, list(entries), payloads)
-
-    async def read_events(
-        self, thread_id: str, *, after: int = 0, limit: int | None = None
-    ) -> list[JournalEvent]:
-        """Return the events with sequence above ``after``, in order."""
-        validate_thread_id(thread_id)
-        return await self._run(self._read_sync, thread_id, after, limit, False)
-
-    async def event_page(
-        self, thread_id: str, *, before: int | None = None, limit: int = 50
-    ) -> EventPage:
-        """Return up to ``limit`` events below ``before``, read by an index range scan."""
-        validate_thread_id(thread_id)
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
-        return await self._run(self._page_sync, thread_id, before, limit)
-
-    async def replay_events(self, thread_id: str) -> list[JournalEvent]:
-        """Return the events from the last boundary on (its sequence is kept in the row)."""
-        validate_thread_id(thread_id)
-        return await self._run(self._read_sync, thread_id, 0, None, True)
-
-    async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> ThreadPage:
-        """Return a page of threads, newest update first, from the listing index."""
-        if limit < 1:
-            raise ValueError("limit must be at least 1")
-        return await self._run(self._list_sync, cursor, limit)
-
-    async def delete_thread(self, thread_id: str) -> None:
-        """Delete a thread's row and its journal."""
-        validate_thread_id(thread_id)
-        await self._run(self._delete_sync, thread_id)
-
-    async def thread_size_bytes(self, thread_id: str) -> int:
-        """Return the bytes of the thread's serialised events and metadata in the file."""
-        validate_thread_id(thread_id)
-        return await self._run(self._size_sync, thread_id)
 
     async def aclose(self) -> None:
         """Close the connections once the writes in progress are done."""
