@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import uuid
@@ -49,6 +50,16 @@ DEFAULT_ENGINE = "scripted"
 """The engine used when no ``default_engine`` is configured."""
 
 
+def load_registry(config: RuntimeConfig) -> ExtensionRegistry:
+    """Return the registry of the installed plugins, each handed its settings from ``config``.
+
+    Blocking: it imports the plugins' modules.
+    """
+    builder = ExtensionRegistryBuilder(settings=config.plugin_settings())
+    builder.load_entry_points()
+    return builder.build()
+
+
 class Runtime:
     """Threads on the configured thread store, engines from the registry, and turns.
 
@@ -84,9 +95,23 @@ class Runtime:
         handed their settings.
         """
         config = load_config(path_or_mapping, environ=environ)
-        builder = ExtensionRegistryBuilder(settings=config.plugin_settings())
-        builder.load_entry_points()
-        return cls(builder.build(), config, owns_registry=True)
+        return cls(load_registry(config), config, owns_registry=True)
+
+    @classmethod
+    async def open(
+        cls,
+        path_or_mapping: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+    ) -> Runtime:
+        """Return :meth:`from_config`'s runtime, reading the file and importing the plugins
+        in a worker thread so that async callers keep blocking I/O off the event loop.
+        """
+        config = await anyio.to_thread.run_sync(
+            functools.partial(load_config, path_or_mapping, environ=environ)
+        )
+        registry = await anyio.to_thread.run_sync(load_registry, config)
+        return cls(registry, config, owns_registry=True)
 
     # --- components ------------------------------------------------------------------------
 

@@ -178,3 +178,14 @@ async def test_usage_events_are_billed(runtime: Runtime) -> None:
     assert billed > 0
     assert (await runtime.get_thread(thread_id)).usage.total_tokens == billed
     assert any(isinstance(e, ItemCompleted) for e in events)
+
+
+async def test_open_reads_config_and_plugins_off_the_event_loop(tmp_path: Path) -> None:
+    config = {"thread_store": {"backend": "jsonl", "path": str(tmp_path / "store")}}
+    async with await Runtime.open(config) as rt:
+        assert set(rt.registry.engines) >= {"scripted"}
+        thread_id = (await rt.create_thread()).thread_id
+        await rt.persist_turn_item(thread_id, "t", UserMessage("opened"))
+    async with Runtime.from_config(config) as rt:
+        snapshot = await rt.load_thread(thread_id)
+        assert snapshot is not None and snapshot.items == [UserMessage("opened")]

@@ -8,7 +8,8 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,9 +34,14 @@ class CommandError(Exception):
         self.exit_code = exit_code
 
 
-def open_runtime(args: argparse.Namespace) -> Runtime:
-    """Return a runtime from ``--config`` (or ``$RODER_HOME/config.toml``)."""
-    return Runtime.from_config(args.config)
+@asynccontextmanager
+async def open_runtime(args: argparse.Namespace) -> AsyncIterator[Runtime]:
+    """Yield a runtime from ``--config`` (or ``$RODER_HOME/config.toml``), closed after.
+
+    The configuration is read and the plugins imported in a worker thread.
+    """
+    async with await Runtime.open(args.config) as runtime:
+        yield runtime
 
 
 def print_json(data: Any) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import anyio.to_thread
 import orjson
 
 from roder_api.errors import RoderError
@@ -125,7 +126,7 @@ def effective_settings(config: RuntimeConfig) -> dict[str, dict[str, Any]]:
 
 async def show_command(args: argparse.Namespace) -> int:
     """Print the effective configuration with the source of every value."""
-    config = load_config(args.config)
+    config = await anyio.to_thread.run_sync(load_config, args.config)
     path = args.config if args.config is not None else str(default_config_path())
     exists = args.config is not None or default_config_path().exists()
     settings = effective_settings(config)

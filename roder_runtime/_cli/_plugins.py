@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from roder_api.extension import ExtensionRegistryBuilder
+import anyio.to_thread
+
+from roder_api.extension import ExtensionRegistryBuilder, PluginInfo
 from roder_runtime._cli._common import EXIT_OK, add_json_flag, print_json
 from roder_runtime._config import load_config
 
@@ -26,11 +28,15 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=plugins_command)
 
 
+def _load_plugins(config_path: str | None) -> tuple[PluginInfo, ...]:
+    config = load_config(config_path)
+    return ExtensionRegistryBuilder(settings=config.plugin_settings()).load_entry_points()
+
+
 async def plugins_command(args: argparse.Namespace) -> int:
     """Print each plugin: name, version, engines, thread stores, or its load error."""
-    config = load_config(args.config)
-    builder = ExtensionRegistryBuilder(settings=config.plugin_settings())
-    infos = builder.load_entry_points()
+    # Reading the file and importing the plugins block: do it in a worker thread.
+    infos = await anyio.to_thread.run_sync(_load_plugins, args.config)
     if args.json:
         print_json([info.to_json() for info in infos])
         return EXIT_OK
