@@ -92,12 +92,17 @@ Checker = Callable[[KindStats, str, ThreadState, ThreadMetadata, list[JournalEve
 
 
 def read_acks(path: Path) -> list[dict[str, Any]]:
-    """Return the child's acknowledgements (a torn last line cannot happen: one write each)."""
+    """Return the child's acknowledgements: its complete lines.
+
+    Each ack is one ``os.write``, but a SIGKILL can still land inside that write and leave
+    part of a line; the child never saw that write return, so it acknowledged nothing.
+    """
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return []
-    return [orjson.loads(line) for line in data.splitlines() if line]
+    complete = data[: data.rfind(b"\n") + 1]
+    return [orjson.loads(line) for line in complete.splitlines() if line]
 
 
 # --- the checks common to every mode -----------------------------------------------------------
