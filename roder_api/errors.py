@@ -15,12 +15,15 @@ Every error Roder raises on purpose is a :class:`RoderError`::
     │   ├── ThreadExistsError
     │   ├── InvalidThreadIdError (ValueError)
     │   ├── StoreCorruptedError
-    │   ├── SequenceConflictError      an import did not continue the journal
+    │   ├── SequenceConflictError      the journal moved on: a conditional append or an
+    │   │                              import did not continue it
     │   └── UnserializableEventError (TypeError)
     ├── CompactionError
     │   ├── CompactionFailed           the candidate boundary was discarded
     │   └── CompactionPreempted        the user steered while compacting
-    ├── BusyError                      a bounded queue is full: try again later
+    ├── BusyError                      a bounded resource is taken: try again later
+    │   ├── ThreadBusyError            another session holds the thread's lease
+    │   └── RecorderFullError (RecorderError)  the recorder's queue is full
     ├── InputTooLargeError (ValueError)
     ├── RecorderError                  the event recorder refused or failed
     └── StoppedError                   the component was closed or stopped
@@ -34,8 +37,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # only for annotations: roder_api.inference imports this module
+if TYPE_CHECKING:  # only for annotations: those modules import this one
     from roder_api.inference import TokenUsage
+    from roder_api.threads import LeaseHolder
 
 
 class RoderError(Exception):
@@ -172,16 +176,46 @@ class StoreCorruptedError(StoreError):
 
 
 class SequenceConflictError(StoreError):
-    """Raised when imported journal events do not continue the journal's sequence."""
+    """Raised when the journal is not where a write expected it; nothing was written.
 
-    def __init__(self, thread_id: str, expected: int, got: int) -> None:
+    For a conditional append (``append_events(..., expected_last_sequence=N)``)
+    ``expected`` is N and ``actual`` the thread's real last sequence. For an import,
+    ``expected`` is the sequence the import had to start at and ``actual`` the one it had.
+    ``got`` is the old name of ``actual``.
+    """
+
+    def __init__(
+        self, thread_id: str, expected: int, actual: int, *, message: str | None = None
+    ) -> None:
         self.thread_id = thread_id
         self.expected = expected
-        self.got = got
+        self.actual = actual
         super().__init__(
-            f"thread {thread_id!r}: expected sequence {expected} next, got {got}; "
-            "the journal changed underneath the import."
+            message
+            or (
+                f"thread {thread_id!r}: expected sequence {expected} next, got {actual}; "
+                "the journal changed underneath the import."
+            )
         )
+
+    @classmethod
+    def conditional(cls, thread_id: str, expected: int, actual: int) -> SequenceConflictError:
+        """Return the error of a conditional append that found the journal moved on."""
+        return cls(
+            thread_id,
+            expected,
+            actual,
+            message=(
+                f"thread {thread_id!r}: expected its last event to be sequence {expected}, "
+                f"but it is {actual}; someone appended meanwhile. Read the thread again and "
+                "decide anew."
+            ),
+        )
+
+    @property
+    def got(self) -> int:
+        """Return :attr:`actual` (the name round 1 used)."""
+        return self.actual
 
 
 class UnserializableEventError(StoreError, TypeError):
@@ -220,7 +254,24 @@ class CompactionPreempted(CompactionError):  # noqa: N818 - the contract's name
 
 
 class BusyError(RoderError):
-    """Raised when a bounded queue is full; nothing was queued, try again later."""
+    """Raised when a bounded resource is taken or full; nothing was queued, try again later."""
+
+
+class ThreadBusyError(BusyError):
+    """Raised when another session holds the thread's lease; ``holder`` says who.
+
+    ``holder`` is a :class:`roder_api.threads.LeaseHolder`, or None when the store cannot
+    tell who holds it.
+    """
+
+    def __init__(self, thread_id: str, holder: LeaseHolder | None) -> None:
+        self.thread_id = thread_id
+        self.holder = holder
+        who = holder.describe() if holder is not None else "another session"
+        super().__init__(
+            f"thread {thread_id!r} is in use by {who}; wait for that session to end "
+            "or continue another thread."
+        )
 
 
 class InputTooLargeError(RoderError, ValueError):
@@ -239,6 +290,10 @@ class RecorderError(RoderError):
     """Raised when the event recorder refuses an event or has stopped after a failure."""
 
 
+class RecorderFullError(BusyError, RecorderError):
+    """Raised when the event recorder's queue is full (by count or bytes); try again later."""
+
+
 class StoppedError(RoderError):
     """Raised when using a component that was closed or has stopped."""
 
@@ -255,11 +310,13 @@ __all__ = [
     "PluginError",
     "PluginLoadError",
     "RecorderError",
+    "RecorderFullError",
     "RoderError",
     "SequenceConflictError",
     "StoppedError",
     "StoreCorruptedError",
     "StoreError",
+    "ThreadBusyError",
     "ThreadExistsError",
     "ThreadNotFoundError",
     "UnknownEngineError",

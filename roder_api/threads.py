@@ -8,16 +8,26 @@ store so that they all agree.
 from __future__ import annotations
 
 import base64
+import os
 import re
+import socket
+import threading
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import orjson
 
 from roder_api._record import Record, from_dict, register
-from roder_api.errors import InvalidThreadIdError, SequenceConflictError, ThreadNotFoundError
+from roder_api.errors import (
+    InvalidThreadIdError,
+    SequenceConflictError,
+    ThreadBusyError,
+    ThreadNotFoundError,
+)
 from roder_api.events import (
     Event,
     ItemCompleted,
@@ -100,6 +110,56 @@ class EventPage:
 
     events: tuple[JournalEvent, ...]
     next_before: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHolder:
+    """Who holds a thread's lease: the owner's name, its process id and host, and since when."""
+
+    owner: str
+    pid: int
+    host: str
+    since_ms: int
+
+    @classmethod
+    def current(cls, owner: str) -> LeaseHolder:
+        """Return a holder for ``owner`` in this process, on this host, from now."""
+        return cls(owner, os.getpid(), socket.gethostname(), int(time.time() * 1000))
+
+    def describe(self) -> str:
+        """Return the holder in words: owner, pid, host and since when (UTC)."""
+        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.since_ms / 1000))
+        return f"{self.owner} (pid {self.pid} on {self.host}, since {since})"
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadLease:
+    """The right, held by one session at a time, to run turns on a thread."""
+
+    thread_id: str
+    holder: LeaseHolder
+
+
+class _ProcessLeases:
+    """The leases held in this process by stores that have no cross-process lease."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[tuple[int, str], LeaseHolder] = {}
+
+    def acquire(self, scope: int, thread_id: str, holder: LeaseHolder) -> None:
+        with self._lock:
+            current = self._held.get((scope, thread_id))
+            if current is not None:
+                raise ThreadBusyError(thread_id, current)
+            self._held[(scope, thread_id)] = holder
+
+    def release(self, scope: int, thread_id: str) -> None:
+        with self._lock:
+            self._held.pop((scope, thread_id), None)
+
+
+_PROCESS_LEASES = _ProcessLeases()
 
 
 # --- the fold -------------------------------------------------------------------------------
@@ -312,6 +372,28 @@ class ThreadStore(ABC):
     async def delete_thread(self, thread_id: str) -> None:
         """Delete a thread and its journal; raise ``ThreadNotFoundError`` if it is absent."""
 
+    def lease(self, thread_id: str, *, owner: str) -> AbstractAsyncContextManager[ThreadLease]:
+        """Return a context manager that holds the thread's lease while it is entered.
+
+        One holder at a time: entering raises ``ThreadBusyError`` at once (naming the
+        holder) when another holds it. A holder that dies releases it without cleanup.
+        Appends never need the lease; sessions always take it.
+
+        The default holds the lease among the users of this store object only; stores
+        shared by processes (or machines) override it with an OS or database lock.
+        """
+        validate_thread_id(thread_id)
+        return self._process_lease(thread_id, owner)
+
+    @asynccontextmanager
+    async def _process_lease(self, thread_id: str, owner: str) -> AsyncIterator[ThreadLease]:
+        holder = LeaseHolder.current(owner)
+        _PROCESS_LEASES.acquire(id(self), thread_id, holder)
+        try:
+            yield ThreadLease(thread_id, holder)
+        finally:
+            _PROCESS_LEASES.release(id(self), thread_id)
+
     async def thread_size_bytes(self, thread_id: str) -> int | None:
         """Return the bytes a thread occupies in the store, or None when the store cannot tell.
 
@@ -493,7 +575,9 @@ class ThreadStoreFactory(ABC):
 __all__ = [
     "BlockingThreadStore",
     "EventPage",
+    "LeaseHolder",
     "THREAD_ID_PATTERN",
+    "ThreadLease",
     "ThreadMetadata",
     "ThreadPage",
     "ThreadSnapshot",
