@@ -5,6 +5,7 @@ Layout under ``base_path``::
     threads/<thread id>.jsonl   the journals (the truth)
     index.sqlite3               the listing index (a cache of every journal's state)
     locks/<thread id>.lock      one writer lock per thread (flock, across processes)
+    leases/<thread id>.lease    one session lease per thread (flock, holder JSON inside)
     sessions/*.session          liveness markers of stores that write (see below)
     tmp/                        new journals before they are linked into place
 
@@ -31,6 +32,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -53,9 +55,11 @@ from roder_api.errors import (
 )
 from roder_api.events import Event, ItemCompleted, JournalEvent, UsageUpdated, is_boundary_event
 from roder_api.inference import TokenUsage
+from roder_api.storekit import FileLeases
 from roder_api.threads import (
     UNSET,
     EventPage,
+    ThreadLease,
     ThreadMetadata,
     ThreadPage,
     ThreadStore,
@@ -387,6 +391,8 @@ class JsonlThreadStore(ThreadStore):
         self.tmp_dir = base_path / "tmp"
         self.sessions_dir = base_path / "sessions"
         self.index_path = base_path / "index.sqlite3"
+        self.leases_dir = base_path / "leases"
+        self._leases = FileLeases(self.leases_dir)
         self._threads_prefix = str(self.threads_dir) + os.sep
         self._locks_prefix = str(self.locks_dir) + os.sep
         self._index = ThreadIndex(self.index_path)
@@ -909,12 +915,21 @@ class JsonlThreadStore(ThreadStore):
             self._leading = False
 
     def _events_commit(
-        self, thread_id: str, events_json: bytes, events: Sequence[Event]
+        self,
+        thread_id: str,
+        events_json: bytes,
+        events: Sequence[Event],
+        expected_last_sequence: int | None = None,
     ) -> _Commit:
         commit = _Commit(thread_id, lambda state: b"")
 
         def build(state: JournalState) -> bytes:
-            first = state.metadata.last_sequence + 1
+            # Called with the thread's writer lock held (in this process and across
+            # processes): nothing can append between this check and the write.
+            last = state.metadata.last_sequence
+            if expected_last_sequence is not None and last != expected_last_sequence:
+                raise SequenceConflictError.conditional(thread_id, expected_last_sequence, last)
+            first = last + 1
             now = _now_ms()
             line = events_record(first, now, events_json)
             entries = [JournalEvent(first + i, now, e) for i, e in enumerate(events)]
@@ -1403,14 +1418,30 @@ class JsonlThreadStore(ThreadStore):
         result: ThreadMetadata = await self._submit(self._meta_commit(thread_id, changes))
         return result
 
-    async def append_events(self, thread_id: str, events: Sequence[Event]) -> list[JournalEvent]:
-        """Append ``events`` as one atomic line, durable (per the mode) before returning."""
+    async def append_events(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        *,
+        expected_last_sequence: int | None = None,
+    ) -> list[JournalEvent]:
+        """Append ``events`` as one atomic line, durable (per the mode) before returning.
+
+        With ``expected_last_sequence`` N the append happens only when the thread's newest
+        event is sequence N (0: no events); otherwise ``SequenceConflictError`` is raised
+        and nothing is written. The check is made under the thread's writer lock, which
+        other tasks and processes take too, so no append can get between check and write.
+        """
         validate_thread_id(thread_id)
         if not events:
+            if expected_last_sequence is not None:
+                last = (await self.get_thread(thread_id)).last_sequence
+                if last != expected_last_sequence:
+                    raise SequenceConflictError.conditional(thread_id, expected_last_sequence, last)
             return []
         events_json = dumps_list(events)
         result: list[JournalEvent] = await self._submit(
-            self._events_commit(thread_id, events_json, list(events))
+            self._events_commit(thread_id, events_json, list(events), expected_last_sequence)
         )
         return result
 
@@ -1449,6 +1480,14 @@ class JsonlThreadStore(ThreadStore):
         """Return the events from the last boundary on, reading from its remembered offset."""
         validate_thread_id(thread_id)
         return await self._run(self._read_sync, thread_id, 0, None, None, "replay")
+
+    def lease(self, thread_id: str, *, owner: str) -> AbstractAsyncContextManager[ThreadLease]:
+        """Return a context manager holding the thread's lease (``leases/<id>.lease``).
+
+        An OS file lock: refused with ``ThreadBusyError`` naming the holder while another
+        task or process holds it, released by the OS when the holder dies.
+        """
+        return self._leases.lease(thread_id, owner=owner)
 
     async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> ThreadPage:
         """Return a page of threads, newest update first, from the index."""
