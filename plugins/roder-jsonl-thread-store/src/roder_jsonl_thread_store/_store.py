@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 import anyio
-import anyio.lowlevel
 import anyio.to_thread
 import orjson
 
@@ -55,7 +54,7 @@ from roder_api.errors import (
 )
 from roder_api.events import Event, ItemCompleted, JournalEvent, UsageUpdated, is_boundary_event
 from roder_api.inference import TokenUsage
-from roder_api.storekit import FileLeases
+from roder_api.storekit import FileLeases, GroupCommit
 from roder_api.threads import (
     UNSET,
     EventPage,
@@ -269,8 +268,6 @@ class _Commit:
     build: Callable[[JournalState], bytes]
     result: Any = None
     error: BaseException | None = None
-    done: anyio.Event | None = None
-    finished: bool = False
 
 
 @dataclass(slots=True)
@@ -408,9 +405,7 @@ class JsonlThreadStore(ThreadStore):
         self._session_started = False
         self._index_behind = False
         self._closed = False
-        self._queue: list[_Commit] = []
-        self._leading = False
-        self._forming: anyio.Event | None = None
+        self._group: GroupCommit[_Commit, Any] = GroupCommit(self._commit_sync)
         self._pool: ThreadPoolExecutor | None = None
         # A test seam for crash tests: called after a journal write is synced and before the
         # index is updated (a real child process SIGKILLs itself here).
@@ -746,8 +741,11 @@ class JsonlThreadStore(ThreadStore):
 
     # --- writing --------------------------------------------------------------------------
 
-    def _commit_sync(self, batch: list[_Commit]) -> None:
-        """Write and sync a batch of commits (to one thread or many) under their locks."""
+    def _commit_sync(self, batch: list[_Commit]) -> list[Any]:
+        """Write and sync a batch of commits (to one thread or many) under their locks.
+
+        Returns each commit's outcome, in order: its result, or the exception to raise.
+        """
         self._ensure_ready()
         self._start_session()
         by_thread: dict[str, list[_Commit]] = {}
@@ -806,7 +804,7 @@ class JsonlThreadStore(ThreadStore):
             for commit in entry.commits:
                 if entry.error is not None and commit.error is None:
                     commit.error = entry.error
-                commit.finished = True
+        return [commit.error if commit.error is not None else commit.result for commit in batch]
 
     def _prepare_write(self, entry: _Held) -> None:
         """Bring the thread's state to the journal's end and write its commits (unsynced)."""
@@ -875,44 +873,12 @@ class JsonlThreadStore(ThreadStore):
     async def _submit(self, commit: _Commit) -> Any:
         if self._closed:
             raise StoppedError("the JSONL thread store is closed; open a new one")
-        if self.durability != "group":
-            await anyio.to_thread.run_sync(self._commit_sync, [commit])
-        else:
-            if self._forming is None:
-                self._forming = anyio.Event()
-            # One event per batch, shared by its commits.
-            commit.done = self._forming
-            self._queue.append(commit)
-            if self._leading:
-                await commit.done.wait()
-            else:
-                await self._lead()
-        if commit.error is not None:
-            raise commit.error
-        return commit.result
-
-    async def _lead(self) -> None:
-        """Write batches until the queue is empty: commits arriving meanwhile share a sync."""
-        self._leading = True
-        try:
-            # Shielded: the followers of a batch wait for it, whatever happens to us.
-            with anyio.CancelScope(shield=True):
-                while self._queue:
-                    # Let the tasks that are ready (often the ones the last batch woke) add
-                    # their commits first; otherwise batches alternate between 1 and n-1.
-                    await anyio.lowlevel.checkpoint()
-                    batch, self._queue = self._queue, []
-                    done, self._forming = self._forming, None
-                    try:
-                        await anyio.to_thread.run_sync(self._commit_sync, batch)
-                    except BaseException as exc:
-                        for commit in batch:
-                            if not commit.finished:
-                                commit.error = exc
-                    assert done is not None
-                    done.set()
-        finally:
-            self._leading = False
+        if self.durability == "group":
+            return await self._group.submit(commit)
+        outcome = (await anyio.to_thread.run_sync(self._commit_sync, [commit]))[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     def _events_commit(
         self,

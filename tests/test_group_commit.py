@@ -1,0 +1,136 @@
+"""roder_api.storekit.GroupCommit: concurrent commits share writes; outcomes reach each caller."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import pytest
+
+from roder_api.storekit import GroupCommit
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_concurrent_submits_share_one_synced_write_each_batch(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    batches: list[list[int]] = []
+
+    def write(items: list[int]) -> Sequence[int | BaseException]:
+        os.write(fd, b"".join(b"%d\n" % item for item in items))
+        os.fsync(fd)
+        batches.append(list(items))
+        return [item * 10 for item in items]
+
+    group: GroupCommit[int, int] = GroupCommit(write)
+    results: dict[int, int] = {}
+
+    async def one(item: int) -> None:
+        results[item] = await group.submit(item)
+
+    async with anyio.create_task_group() as tg:
+        for item in range(200):
+            tg.start_soon(one, item)
+    os.close(fd)
+    assert results == {item: item * 10 for item in range(200)}
+    assert sorted(x for batch in batches for x in batch) == list(range(200))
+    assert group.batches == len(batches) < 50  # far fewer syncs than commits
+    assert sorted(int(line) for line in path.read_text().split()) == list(range(200))
+
+
+async def test_an_item_refused_by_the_write_fails_only_its_caller() -> None:
+    def write(items: list[int]) -> Sequence[int | BaseException]:
+        return [ValueError(f"odd {i}") if i % 2 else i for i in items]
+
+    group: GroupCommit[int, int] = GroupCommit(write)
+    outcomes: dict[int, object] = {}
+
+    async def one(item: int) -> None:
+        try:
+            outcomes[item] = await group.submit(item)
+        except ValueError as exc:
+            outcomes[item] = str(exc)
+
+    async with anyio.create_task_group() as tg:
+        for item in range(10):
+            tg.start_soon(one, item)
+    assert outcomes == {i: (f"odd {i}" if i % 2 else i) for i in range(10)}
+
+
+async def test_a_write_that_raises_fails_every_caller_of_its_batch_and_no_other() -> None:
+    calls = 0
+
+    def write(items: list[str]) -> Sequence[str | BaseException]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise OSError("disk gone")
+        return [item.upper() for item in items]
+
+    group: GroupCommit[str, str] = GroupCommit(write)
+    with pytest.raises(OSError, match="disk gone"):
+        await group.submit("a")
+    assert await group.submit("b") == "B"  # the primitive is usable after a failed batch
+
+
+async def test_a_write_returning_the_wrong_number_of_outcomes_is_an_error() -> None:
+    group: GroupCommit[int, int] = GroupCommit(lambda items: [])
+    with pytest.raises(RuntimeError, match="returned 0 outcomes for 1 items"):
+        await group.submit(1)
+
+
+async def test_a_cancelled_caller_does_not_stop_the_batch_it_is_in() -> None:
+    release = threading.Event()
+    written: list[int] = []
+
+    def write(items: list[int]) -> Sequence[int | BaseException]:
+        release.wait(10)
+        written.extend(items)
+        return list(items)
+
+    group: GroupCommit[int, int] = GroupCommit(write)
+    got: list[int] = []
+
+    async def one(item: int) -> None:
+        got.append(await group.submit(item))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(one, 1)  # the leader: its write blocks until released
+        await anyio.sleep(0.05)
+        tg.start_soon(one, 2)
+        follower = anyio.CancelScope()
+
+        async def cancelled_follower() -> None:
+            with follower:
+                await group.submit(3)
+
+        tg.start_soon(cancelled_follower)
+        tg.start_soon(one, 4)
+        await anyio.sleep(0.05)
+        follower.cancel()
+        await anyio.sleep(0.01)
+        release.set()
+    assert sorted(got) == [1, 2, 4]
+    assert sorted(written) == [1, 2, 3, 4]  # the cancelled caller's item was still written
+
+
+async def test_writes_run_off_the_event_loop_on_the_given_limiter() -> None:
+    limiter = anyio.CapacityLimiter(1)
+    loop_thread = threading.get_ident()
+    seen: list[tuple[int, int]] = []
+
+    def write(items: list[int]) -> Sequence[int | BaseException]:
+        seen.append((threading.get_ident(), int(limiter.borrowed_tokens)))
+        time.sleep(0.001)
+        return list(items)
+
+    group: GroupCommit[int, int] = GroupCommit(write, limiter=limiter)
+    async with anyio.create_task_group() as tg:
+        for item in range(5):
+            tg.start_soon(group.submit, item)
+    assert seen and all(thread != loop_thread and borrowed == 1 for thread, borrowed in seen)
