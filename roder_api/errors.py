@@ -8,7 +8,8 @@ Every error Roder raises on purpose is a :class:`RoderError`::
     │   ├── DuplicateRegistrationError two registrations share an id
     │   └── UnknownPluginIdError (LookupError)
     │       ├── UnknownEngineError
-    │       └── UnknownThreadStoreError
+    │       ├── UnknownThreadStoreError
+    │       └── UnknownToolError
     ├── ConfigError (ValueError)       bad TOML, unknown key, bad value
     ├── StoreError
     │   ├── ThreadNotFoundError (LookupError)
@@ -102,6 +103,12 @@ class UnknownThreadStoreError(UnknownPluginIdError):
     """Raised when no thread-store factory has the requested id."""
 
     kind = "thread store"
+
+
+class UnknownToolError(UnknownPluginIdError):
+    """Raised when no tool has the requested name."""
+
+    kind = "tool"
 
 
 class ConfigError(RoderError, ValueError):

@@ -7,6 +7,7 @@ distributions' entry points in the ``roder`` group; ``build()`` returns an immut
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import threading
@@ -24,9 +25,11 @@ from roder_api.errors import (
     PluginLoadError,
     UnknownEngineError,
     UnknownThreadStoreError,
+    UnknownToolError,
 )
 from roder_api.inference import InferenceEngine
 from roder_api.threads import ThreadStoreFactory
+from roder_api.tools import Tool, check_tool_name
 
 ENTRY_POINT_GROUP = PROJECT_NAME
 """The entry-point group plugins declare themselves in."""
@@ -52,6 +55,7 @@ class PluginInfo:
     engines: tuple[str, ...] = ()
     thread_stores: tuple[str, ...] = ()
     error: str | None = None
+    tools: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON object ``roder plugins --json`` prints for this plugin."""
@@ -62,6 +66,7 @@ class PluginInfo:
             "hooks": list(self.hooks),
             "engines": list(self.engines),
             "thread_stores": list(self.thread_stores),
+            "tools": list(self.tools),
             "error": self.error,
         }
 
@@ -77,12 +82,18 @@ def plugin_names_from_env(environ: Mapping[str, str] | None = None) -> frozenset
 
 @dataclass(frozen=True)
 class ExtensionRegistry:
-    """The engines and thread-store factories available, by id; immutable once built."""
+    """The engines, thread-store factories and tools available, by id; immutable once built.
+
+    ``tool_conflicts`` holds the tool names registered twice (by name): neither
+    registration is in ``tools``, and :meth:`tool` raises the conflict.
+    """
 
     engines: Mapping[str, InferenceEngine]
     thread_store_factories: Mapping[str, ThreadStoreFactory]
     plugins: tuple[PluginInfo, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
+    tools: Mapping[str, Tool] = field(default_factory=dict)
+    tool_conflicts: Mapping[str, DuplicateRegistrationError] = field(default_factory=dict)
 
     def inference_engine(self, engine_id: str) -> InferenceEngine:
         """Return the engine registered as ``engine_id``; raise ``UnknownEngineError``."""
@@ -97,6 +108,19 @@ class ExtensionRegistry:
             return self.thread_store_factories[store_id]
         except KeyError:
             raise UnknownThreadStoreError(store_id, self.thread_store_factories) from None
+
+    def tool(self, name: str) -> Tool:
+        """Return the tool registered as ``name``; raise ``UnknownToolError``.
+
+        A name registered twice raises its ``DuplicateRegistrationError`` instead.
+        """
+        try:
+            return self.tools[name]
+        except KeyError:
+            conflict = self.tool_conflicts.get(name)
+            if conflict is not None:
+                raise conflict from None
+            raise UnknownToolError(name, self.tools) from None
 
     @property
     def load_errors(self) -> tuple[PluginLoadError, ...]:
@@ -122,6 +146,8 @@ class ExtensionRegistryBuilder:
         )
         self._engines: dict[str, InferenceEngine] = {}
         self._factories: dict[str, ThreadStoreFactory] = {}
+        self._tools: dict[str, Tool] = {}
+        self._tool_conflicts: dict[str, DuplicateRegistrationError] = {}
         self._sources: dict[str, str] = {}
         self._plugins: list[PluginInfo] = []
 
@@ -137,6 +163,25 @@ class ExtensionRegistryBuilder:
     ) -> ExtensionRegistryBuilder:
         """Register a thread-store factory; raise ``DuplicateRegistrationError`` if taken."""
         self._add("thread store", self._factories, _factory_id(factory), factory, source)
+        return self
+
+    def tool(
+        self, tool: Tool, *, source: str = "a direct registration"
+    ) -> ExtensionRegistryBuilder:
+        """Register a tool; raise ``DuplicateRegistrationError`` if its name is taken.
+
+        On a duplicate neither registration is used (the name is left out of the registry).
+        """
+        name = _tool_name(tool)
+        key = f"tool:{name}"
+        if name in self._tools or name in self._tool_conflicts:
+            first = self._sources.get(key, "an earlier registration")
+            error = DuplicateRegistrationError("tool", name, first, source)
+            self._tools.pop(name, None)
+            self._tool_conflicts.setdefault(name, error)
+            raise error
+        self._tools[name] = tool
+        self._sources[key] = source
         return self
 
     def _add(self, kind: str, table: dict[str, Any], id: str, obj: object, source: str) -> None:
@@ -205,12 +250,14 @@ class ExtensionRegistryBuilder:
         hook_names = tuple(sorted(h.name for h in pm.get_hookcallers(plugin) or ()))
         engines: list[InferenceEngine] = []
         factories: list[ThreadStoreFactory] = []
+        tools: list[Tool] = []
         source = f"plugin {name!r}"
         try:
             self._call(pm, "register_inference_engines", _collector(engines, InferenceEngine))
             self._call(
                 pm, "register_thread_store_factories", _collector(factories, ThreadStoreFactory)
             )
+            self._call(pm, "register_tools", _collector(tools, Tool))
             # Check every id before committing any, so a plugin registers all or nothing.
             pending: set[str] = set()
             for engine in engines:
@@ -229,6 +276,11 @@ class ExtensionRegistryBuilder:
                         "thread store", _factory_id(factory), first, source
                     )
                 pending.add(key)
+            for tool in tools:
+                key = f"tool:{_tool_name(tool)}"
+                if key in pending:
+                    raise DuplicateRegistrationError("tool", tool.name, source, source)
+                pending.add(key)
         except Exception as exc:  # noqa: BLE001 - a plugin's hook may raise anything
             return PluginInfo(
                 name, version, distribution, hook_names, error=f"{type(exc).__name__}: {exc}"
@@ -237,6 +289,11 @@ class ExtensionRegistryBuilder:
             self.inference_engine(engine, source=source)
         for factory in factories:
             self.thread_store_factory(factory, source=source)
+        for tool in tools:
+            # A name another plugin has: neither is used; ExtensionRegistry.tool_conflicts
+            # reports it (by both sources) and `roder plugins` shows it.
+            with contextlib.suppress(DuplicateRegistrationError):
+                self.tool(tool, source=source)
         return PluginInfo(
             name,
             version,
@@ -244,6 +301,7 @@ class ExtensionRegistryBuilder:
             hook_names,
             tuple(_engine_id(e) for e in engines),
             tuple(_factory_id(f) for f in factories),
+            tools=tuple(t.name for t in tools),
         )
 
     def _call(
@@ -259,6 +317,8 @@ class ExtensionRegistryBuilder:
             thread_store_factories=MappingProxyType(dict(self._factories)),
             plugins=tuple(self._plugins),
             sources=MappingProxyType(dict(self._sources)),
+            tools=MappingProxyType(dict(self._tools)),
+            tool_conflicts=MappingProxyType(dict(self._tool_conflicts)),
         )
 
 
@@ -322,6 +382,12 @@ def _engine_id(engine: InferenceEngine) -> str:
     if not isinstance(engine.id, str) or not engine.id:
         raise ValueError(f"engine {engine!r} has no id; set the `id` attribute")
     return engine.id
+
+
+def _tool_name(tool: Tool) -> str:
+    if not isinstance(tool, Tool):
+        raise TypeError(f"expected a Tool, got {type(tool).__name__}")
+    return check_tool_name(tool.name)
 
 
 def _factory_id(factory: ThreadStoreFactory) -> str:

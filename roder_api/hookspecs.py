@@ -15,6 +15,7 @@ from typing import Any
 from roder_api._markers import hookspec
 from roder_api.inference import InferenceEngine
 from roder_api.threads import ThreadStoreFactory
+from roder_api.tools import Tool
 
 
 @hookspec
@@ -39,4 +40,18 @@ def register_thread_store_factories(
     Called once when the extension registry is built (``load_entry_points``). ``settings``
     maps store ids to their configuration (the ``[thread_store]`` table goes to the
     configured backend's id).
+    """
+
+
+@hookspec
+def register_tools(
+    register: Callable[[Tool], None],
+    settings: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """Register tools the model may call by calling ``register(tool)`` once per tool.
+
+    Called once when the extension registry is built (``load_entry_points``). Tool names
+    are unique across plugins: two registrations of one name are an error naming both, and
+    neither is used. ``settings`` is the same mapping the other hooks get; the
+    ``mcp_servers`` entry maps MCP server names to their ``[mcp_servers.<name>]`` tables.
     """

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from roder_api.errors import ConfigError
+from roder_api.tools import ApprovalPolicy, check_tool_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -54,6 +55,23 @@ class CompactionConfig:
 
 
 @dataclass
+class ToolsConfig:
+    """Which tools a turn offers and the limits of the agent loop.
+
+    ``enabled``: the tool names offered when a session names none (None: every registered
+    tool). ``max_tool_steps``: tool steps per turn; calls past it get error results and the
+    turn ends. ``max_tool_output_bytes``: a result longer than this is cut, with a note.
+    ``approval`` maps tool names to ``auto``, ``ask`` or ``deny`` (without an entry:
+    ``ask`` when the tool sets ``requires_approval``, else ``auto``).
+    """
+
+    enabled: list[str] | None = None
+    max_tool_steps: int = 32
+    max_tool_output_bytes: int = 65536
+    approval: dict[str, ApprovalPolicy] = field(default_factory=dict)
+
+
+@dataclass
 class RuntimeConfig:
     """Everything the runtime is configured with (a mutable dataclass).
 
@@ -77,6 +95,8 @@ class RuntimeConfig:
     turn_timeout_s: float | None = None
     reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
+    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     engines: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -85,6 +105,8 @@ class RuntimeConfig:
         settings: dict[str, dict[str, Any]] = {k: dict(v) for k, v in self.engines.items()}
         store_id = self.thread_store or "jsonl"
         settings[store_id] = {**settings.get(store_id, {}), **self.thread_store_settings}
+        if self.mcp_servers:
+            settings["mcp_servers"] = {k: dict(v) for k, v in self.mcp_servers.items()}
         return settings
 
 
@@ -190,6 +212,12 @@ class _Loader:
             elif key == "engines":
                 self.apply_engines(value, config)
                 continue
+            elif key == "tools":
+                self.apply_tools(value, config.tools)
+                continue
+            elif key == "mcp_servers":
+                self.apply_mcp_servers(value, config)
+                continue
             else:
                 raise self.error("unknown key", None, key)
             config.sources[key] = self.where(None, key)
@@ -241,6 +269,49 @@ class _Loader:
                     f"engines.{engine_id}", key
                 )
 
+    def apply_tools(self, value: Any, target: ToolsConfig) -> None:
+        if not isinstance(value, Mapping):
+            raise self.error("expected a table", None, "tools")
+        for key, item in value.items():
+            if key == "enabled":
+                if not isinstance(item, list) or not all(isinstance(n, str) for n in item):
+                    raise self.error(f"expected a list of tool names, got {item!r}", "tools", key)
+                target.enabled = list(item)
+            elif key in ("max_tool_steps", "max_tool_output_bytes"):
+                setattr(target, key, self.int_value(item, "tools", key, 1))
+            elif key == "approval":
+                self.apply_approval(item, target)
+                continue
+            else:
+                raise self.error("unknown key", "tools", key)
+            self.sources[f"tools.{key}"] = self.where("tools", key)
+
+    def apply_approval(self, value: Any, target: ToolsConfig) -> None:
+        if not isinstance(value, Mapping):
+            raise self.error("expected a table", "tools", "approval")
+        choices = ", ".join(p.value for p in ApprovalPolicy)
+        for name, policy in value.items():
+            try:
+                check_tool_name(name)
+            except ValueError as exc:
+                raise self.error(str(exc), "tools.approval", name) from None
+            if policy not in ApprovalPolicy._value2member_map_:
+                raise self.error(
+                    f"expected one of {choices}, got {policy!r}", "tools.approval", name
+                )
+            target.approval[name] = ApprovalPolicy(policy)
+            self.sources[f"tools.approval.{name}"] = self.where("tools.approval", name)
+
+    def apply_mcp_servers(self, value: Any, config: RuntimeConfig) -> None:
+        if not isinstance(value, Mapping):
+            raise self.error("expected a table of server tables", None, "mcp_servers")
+        for name, table in value.items():
+            if not isinstance(table, Mapping):
+                raise self.error("expected a table", "mcp_servers", name)
+            config.mcp_servers[name] = dict(table)
+            for key in table:
+                config.sources[f"mcp_servers.{name}.{key}"] = self.where(f"mcp_servers.{name}", key)
+
 
 def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
     """Return ``$RODER_HOME/config.toml``."""
@@ -260,7 +331,7 @@ def load_config(
     env = os.environ if environ is None else environ
     config = RuntimeConfig()
     for f in fields(config):
-        if f.name not in ("sources", "engines", "thread_store_settings"):
+        if f.name not in ("sources", "engines", "thread_store_settings", "mcp_servers"):
             config.sources[f.name] = "default"
     data: Mapping[str, Any]
     if path_or_mapping is None or isinstance(path_or_mapping, (str, os.PathLike)):

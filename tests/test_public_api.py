@@ -17,6 +17,7 @@ MODULES = [
     "roder_api.testing",
     "roder_api.testing.conformance",
     "roder_api.threads",
+    "roder_api.tools",
     "roder_api.transcript",
     "roder_runtime",
     "roder_jsonl_thread_store",

@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from roder_api.extension import ExtensionRegistryBuilder, PluginInfo
+from roder_api.extension import ExtensionRegistry, ExtensionRegistryBuilder
 from roder_runtime._cli._common import EXIT_OK, add_json_flag, print_json
 from roder_runtime._config import load_config
 
@@ -28,15 +28,18 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=plugins_command)
 
 
-def _load_plugins(config_path: str | None) -> tuple[PluginInfo, ...]:
+def _load_plugins(config_path: str | None) -> ExtensionRegistry:
     config = load_config(config_path)
-    return ExtensionRegistryBuilder(settings=config.plugin_settings()).load_entry_points()
+    builder = ExtensionRegistryBuilder(settings=config.plugin_settings())
+    builder.load_entry_points()
+    return builder.build()
 
 
 async def plugins_command(args: argparse.Namespace) -> int:
     """Print each plugin: name, version, engines, thread stores, or its load error."""
     # Reading the file and importing the plugins block: do it in a worker thread.
-    infos = await anyio.to_thread.run_sync(_load_plugins, args.config)
+    registry = await anyio.to_thread.run_sync(_load_plugins, args.config)
+    infos = registry.plugins
     if args.json:
         print_json([info.to_json() for info in infos])
         return EXIT_OK
@@ -53,5 +56,9 @@ async def plugins_command(args: argparse.Namespace) -> int:
             parts.append("engines: " + ", ".join(info.engines))
         if info.thread_stores:
             parts.append("thread stores: " + ", ".join(info.thread_stores))
+        if info.tools:
+            parts.append("tools: " + ", ".join(info.tools))
         print(f"{line}  " + "; ".join(parts or ["registers nothing"]))
+    for conflict in registry.tool_conflicts.values():
+        print(f"tool conflict: {conflict}")
     return EXIT_OK

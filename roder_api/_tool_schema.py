@@ -1,0 +1,112 @@
+"""JSON Schemas for tools: built from a function's signature, checked against arguments.
+
+Imported only when a tool is made with ``roder_api.tools.tool`` or arguments are checked,
+so that pydantic, jsonschema and docstring_parser load only on that path. pydantic builds
+the schema (and converts arguments to the annotated types); jsonschema checks arguments
+against any tool's schema, including schemas that plugins write by hand.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, get_args, get_type_hints
+
+import docstring_parser
+import jsonschema
+import orjson
+import pydantic
+import pydantic_core
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionSchema:
+    """What :func:`function_schema` found out about a function."""
+
+    description: str
+    parameters: Mapping[str, Any]
+    context_parameter: str | None
+    validate: Callable[[Mapping[str, Any]], dict[str, Any]]
+
+
+def function_schema(func: Callable[..., Any]) -> FunctionSchema:
+    """Return the description, the parameters' JSON Schema and an argument converter."""
+    from roder_api.tools import ToolContext
+
+    signature = inspect.signature(func)
+    try:
+        hints = get_type_hints(func)
+    except Exception as exc:  # noqa: BLE001 - any failure to resolve hints is the same error
+        raise TypeError(f"cannot read the type hints of {func.__qualname__}: {exc}") from exc
+    doc = docstring_parser.parse(inspect.getdoc(func) or "")
+    described = {p.arg_name: (p.description or "") for p in doc.params}
+    fields: dict[str, Any] = {}
+    context_parameter: str | None = None
+    for param in signature.parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(
+                f"{func.__qualname__}: *args and **kwargs cannot be tool parameters; "
+                "name each parameter"
+            )
+        annotation = hints.get(param.name, Any)
+        if annotation is ToolContext or ToolContext in get_args(annotation):
+            context_parameter = param.name
+            continue
+        default = ... if param.default is param.empty else param.default
+        info = pydantic.Field(default, description=described.get(param.name) or None)
+        fields[param.name] = (annotation, info)
+    model = pydantic.create_model(
+        f"{func.__name__}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
+    )
+    parameters = _clean(model.model_json_schema())
+    parameters.setdefault("properties", {})
+    description = "\n\n".join(
+        part for part in (doc.short_description, doc.long_description) if part
+    ).strip()
+
+    def validate(arguments: Mapping[str, Any]) -> dict[str, Any]:
+        parsed = model.model_validate(dict(arguments))
+        return {name: getattr(parsed, name) for name in fields}
+
+    return FunctionSchema(description, parameters, context_parameter, validate)
+
+
+def _clean(schema: dict[str, Any]) -> dict[str, Any]:
+    """Drop pydantic's generated titles: they repeat the names and cost the model tokens."""
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        if isinstance(prop, dict):
+            prop.pop("title", None)
+    for definition in schema.get("$defs", {}).values():
+        if isinstance(definition, dict):
+            _clean(definition)
+    return schema
+
+
+@functools.lru_cache(maxsize=256)
+def _validator(schema_json: bytes) -> jsonschema.protocols.Validator:
+    schema = orjson.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    cls.check_schema(schema)
+    validator: jsonschema.protocols.Validator = cls(schema)
+    return validator
+
+
+def schema_error(schema: Mapping[str, Any], arguments: Any) -> str | None:
+    """Return a one-line reason why ``arguments`` break ``schema``, or None when they fit."""
+    try:
+        validator = _validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
+    except jsonschema.SchemaError as exc:
+        return f"the tool's own schema is invalid: {exc.message}"
+    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    if error is None:
+        return None
+    where = error.json_path if error.path else ""
+    return f"{error.message} (at {where})" if where else error.message
+
+
+def to_json_text(value: Any) -> str:
+    """Return a tool's non-text return value as JSON text."""
+    return orjson.dumps(pydantic_core.to_jsonable_python(value)).decode()
