@@ -276,6 +276,32 @@ def metadata_changes(title: Any = UNSET, extra: Any = UNSET) -> dict[str, Any]:
     return changes
 
 
+def validate_expected(expected_last_sequence: object) -> int | None:
+    """Return ``expected_last_sequence`` when it is None or an int >= 0; else ValueError."""
+    if expected_last_sequence is None:
+        return None
+    if (
+        not isinstance(expected_last_sequence, int)
+        or isinstance(expected_last_sequence, bool)
+        or expected_last_sequence < 0
+    ):
+        raise ValueError(
+            f"expected_last_sequence must be None or an integer >= 0, "
+            f"not {expected_last_sequence!r}"
+        )
+    return expected_last_sequence
+
+
+def check_expected(thread_id: str, expected_last_sequence: int | None, actual: int) -> None:
+    """Raise the conditional append's ``SequenceConflictError`` when ``actual`` is not expected.
+
+    ``actual`` is the thread's real last sequence, read inside the store's write step;
+    ``expected_last_sequence`` None means "append unconditionally" (never raises).
+    """
+    if expected_last_sequence is not None and expected_last_sequence != actual:
+        raise SequenceConflictError.conditional(thread_id, expected_last_sequence, actual)
+
+
 def check_consecutive(thread_id: str, entries: Sequence[JournalEvent]) -> None:
     """Raise ``SequenceConflictError`` unless ``entries`` have consecutive sequence numbers."""
     for previous, entry in zip(entries, entries[1:], strict=False):
@@ -326,10 +352,21 @@ class ThreadStore(ABC):
         """Change a thread's title and/or extra metadata; return the new metadata."""
 
     @abstractmethod
-    async def append_events(self, thread_id: str, events: Sequence[Event]) -> list[JournalEvent]:
+    async def append_events(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        *,
+        expected_last_sequence: int | None = None,
+    ) -> list[JournalEvent]:
         """Append ``events`` as one atomic, durable batch; return them as journaled.
 
-        Raise ``UnserializableEventError`` (storing nothing) when one cannot be serialised.
+        With ``expected_last_sequence=N`` the batch is appended only if the thread's newest
+        event is still sequence N (0: the thread has no events), checked and written as one
+        step no other task, process or machine can get between; otherwise raise
+        ``SequenceConflictError`` (``.expected`` N, ``.actual`` the real last sequence,
+        see :func:`check_expected`) and write nothing. Raise ``UnserializableEventError``
+        (storing nothing) when an event cannot be serialised.
         """
 
     @abstractmethod
@@ -443,9 +480,17 @@ class BlockingThreadStore(ThreadStore):
 
     @abstractmethod
     def _append_sync(
-        self, thread_id: str, events: Sequence[Event], payloads: Sequence[bytes]
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        payloads: Sequence[bytes],
+        expected_last_sequence: int | None,
     ) -> list[JournalEvent]:
-        """Append one atomic, durable batch (``payloads``: each event's JSON bytes)."""
+        """Append one atomic, durable batch (``payloads``: each event's JSON bytes).
+
+        In the same transaction as the write, call :func:`check_expected` with the
+        thread's last sequence (a conditional append when ``expected_last_sequence`` is set).
+        """
 
     @abstractmethod
     def _import_sync(
@@ -499,15 +544,25 @@ class BlockingThreadStore(ThreadStore):
             return await self.get_thread(thread_id)
         return await self._run(self._update_sync, thread_id, changes)
 
-    async def append_events(self, thread_id: str, events: Sequence[Event]) -> list[JournalEvent]:
-        """Append ``events`` as one atomic, durable batch."""
+    async def append_events(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        *,
+        expected_last_sequence: int | None = None,
+    ) -> list[JournalEvent]:
+        """Append ``events`` as one atomic, durable batch (conditionally, when expected)."""
         from roder_api.codec import dumps_each  # the codec imports this module
 
         validate_thread_id(thread_id)
+        expected = validate_expected(expected_last_sequence)
         if not events:
+            if expected is not None:
+                last = (await self.get_thread(thread_id)).last_sequence
+                check_expected(thread_id, expected, last)
             return []
         payloads = dumps_each(events)
-        return await self._run(self._append_sync, thread_id, list(events), payloads)
+        return await self._run(self._append_sync, thread_id, list(events), payloads, expected)
 
     async def import_events(self, thread_id: str, entries: Sequence[JournalEvent]) -> None:
         """Append journal events verbatim, atomically."""
@@ -586,6 +641,7 @@ __all__ = [
     "Turn",
     "UNSET",
     "check_consecutive",
+    "check_expected",
     "decode_cursor",
     "encode_cursor",
     "fold_metadata",
@@ -594,5 +650,6 @@ __all__ = [
     "metadata_changes",
     "replay_start",
     "turns_from_events",
+    "validate_expected",
     "validate_thread_id",
 ]

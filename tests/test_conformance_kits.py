@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from roder_api.events import Event, JournalEvent
@@ -21,7 +22,7 @@ from roder_api.inference import (
     InferenceTurnContext,
     MessageDelta,
 )
-from roder_api.testing import ScriptedEngine
+from roder_api.testing import MemoryThreadStore, ScriptedEngine
 from roder_api.testing.conformance import InferenceEngineConformance, ThreadStoreConformance
 from roder_api.threads import (
     UNSET,
@@ -29,6 +30,7 @@ from roder_api.threads import (
     ThreadMetadata,
     ThreadPage,
     ThreadStore,
+    check_expected,
 )
 from roder_jsonl_thread_store import JsonlThreadStore
 
@@ -52,7 +54,13 @@ class NonAtomicStore(ThreadStore):
     ) -> ThreadMetadata:
         return await self.inner.update_thread(thread_id, title=title, extra=extra)
 
-    async def append_events(self, thread_id: str, events: Sequence[Event]) -> list[JournalEvent]:
+    async def append_events(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        *,
+        expected_last_sequence: int | None = None,
+    ) -> list[JournalEvent]:
         out: list[JournalEvent] = []
         for event in events:  # the bug: one commit per event, not one per batch
             out.extend(await self.inner.append_events(thread_id, [event]))
@@ -94,6 +102,46 @@ async def test_the_same_checks_pass_the_real_store(jsonl_store: JsonlThreadStore
     kit = ThreadStoreConformance()
     await kit.test_batch_append_is_atomic(jsonl_store)
     await kit.test_concurrent_appends_to_one_thread(jsonl_store)
+
+
+class RacyConditionalStore(MemoryThreadStore):
+    """A deliberately broken store: it checks the expected sequence, then appends later."""
+
+    async def append_events(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        *,
+        expected_last_sequence: int | None = None,
+    ) -> list[JournalEvent]:
+        if expected_last_sequence is not None:
+            last = (await self.get_thread(thread_id)).last_sequence
+            check_expected(thread_id, expected_last_sequence, last)
+            await anyio.sleep(0.001)  # the bug: another writer can get in here
+        return await super().append_events(thread_id, events)
+
+
+class UncheckedConditionalStore(MemoryThreadStore):
+    """A deliberately broken store: it ignores ``expected_last_sequence``."""
+
+    async def append_events(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        *,
+        expected_last_sequence: int | None = None,
+    ) -> list[JournalEvent]:
+        return await super().append_events(thread_id, events)
+
+
+async def test_kit_fails_a_store_whose_conditional_append_races() -> None:
+    kit = ThreadStoreConformance()
+    with pytest.raises(AssertionError, match="the check and the write are not one step"):
+        await kit.test_concurrent_conditional_appends(RacyConditionalStore())
+    with pytest.raises(pytest.fail.Exception, match="DID NOT RAISE"):
+        await kit.test_conditional_append(UncheckedConditionalStore())
+    await kit.test_concurrent_conditional_appends(MemoryThreadStore())
+    await kit.test_conditional_append(MemoryThreadStore())
 
 
 def test_kit_run_by_pytest_reports_the_broken_rules(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ MODULES = [
     "roder_api.events",
     "roder_api.extension",
     "roder_api.inference",
+    "roder_api.storekit",
     "roder_api.testing",
     "roder_api.testing.conformance",
     "roder_api.threads",

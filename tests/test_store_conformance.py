@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from roder_api.testing import MemoryThreadStoreFactory
 from roder_api.testing.conformance import ThreadStoreConformance
 from roder_api.threads import ThreadStoreFactory
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
@@ -16,13 +17,15 @@ from .postgres_support import require_postgres, temporary_schema
 
 
 @pytest.fixture(
-    params=["jsonl", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+    params=["memory", "jsonl", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
 )
 def thread_store_factory(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[ThreadStoreFactory]:
-    """Return an empty store of each backend: JSONL, SQLite and PostgreSQL."""
-    if request.param == "jsonl":
+    """Return an empty store of each backend: memory, JSONL, SQLite and PostgreSQL."""
+    if request.param == "memory":
+        yield MemoryThreadStoreFactory()
+    elif request.param == "jsonl":
         yield JsonlThreadStoreFactory(base_path=tmp_path / "threads")
     elif request.param == "sqlite":
         yield SqliteThreadStoreFactory(tmp_path / "threads.sqlite3")

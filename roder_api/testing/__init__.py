@@ -1,6 +1,7 @@
-"""Test helpers for Roder plugins: the scripted engine and the conformance kits.
+"""Test helpers for Roder plugins: the scripted engine, the memory store and the kits.
 
-``ScriptedEngine`` plays deterministic scripts. The conformance kits (pytest) are imported
+``ScriptedEngine`` plays deterministic scripts; ``MemoryThreadStore`` is a complete store in
+memory (subclass it to inject faults). The conformance kits (pytest) are imported
 lazily so that importing this package does not need pytest.
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from roder_api.testing._memory import MemoryData, MemoryThreadStore, MemoryThreadStoreFactory
 from roder_api.testing._scripted import (
     Delay,
     Hang,
@@ -46,6 +48,9 @@ __all__ = [
     "Delay",
     "Hang",
     "InferenceEngineConformance",
+    "MemoryData",
+    "MemoryThreadStore",
+    "MemoryThreadStoreFactory",
     "Raise",
     "Script",
     "ScriptFunction",

@@ -34,6 +34,7 @@ from roder_api.threads import (
     ThreadMetadata,
     ThreadPage,
     ThreadStoreFactory,
+    check_expected,
     decode_cursor,
     encode_cursor,
     fold_metadata,
@@ -101,11 +102,14 @@ def _metadata(raw: str) -> ThreadMetadata:
 class _Append:
     """One batch waiting for a group commit, and its outcome."""
 
-    __slots__ = ("events", "payloads", "done", "entries", "error")
+    __slots__ = ("events", "payloads", "expected", "done", "entries", "error")
 
-    def __init__(self, events: Sequence[Event], payloads: Sequence[str]) -> None:
+    def __init__(
+        self, events: Sequence[Event], payloads: Sequence[str], expected: int | None
+    ) -> None:
         self.events = events
         self.payloads = payloads
+        self.expected = expected
         self.done = False
         self.entries: list[JournalEvent] = []
         self.error: BaseException | None = None
@@ -234,13 +238,19 @@ class PostgresThreadStore(BlockingThreadStore):
         return stored
 
     def _append_sync(
-        self, thread_id: str, events: Sequence[Event], payloads: Sequence[bytes]
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        payloads: Sequence[bytes],
+        expected_last_sequence: int | None,
     ) -> list[JournalEvent]:
         """Append one batch, committed together with this process's other pending batches
         for the same thread (group commit: one row lock and one commit for all of them).
         """
         # psycopg sends the events as text (jsonb input).
-        request = _Append(events, [payload.decode() for payload in payloads])
+        request = _Append(
+            events, [payload.decode() for payload in payloads], expected_last_sequence
+        )
         with self._pending_lock:
             self._pending.setdefault(thread_id, []).append(request)
         with self._append_locks[hash(thread_id) % len(self._append_locks)]:
@@ -254,18 +264,27 @@ class PostgresThreadStore(BlockingThreadStore):
 
     def _append_group(self, thread_id: str, group: list[_Append]) -> None:
         def work(conn: psycopg.Connection[Any]) -> None:
+            # The row lock (FOR UPDATE) is held to COMMIT: nobody appends between the
+            # conditional checks below and the insert.
             last, boundary, raw = self._row(conn, thread_id, lock=True)
             now = _now_ms()
             entries: list[JournalEvent] = []
             payloads: list[str] = []
             for request in group:
+                request.entries, request.error = [], None
+                try:
+                    check_expected(thread_id, request.expected, last + len(entries))
+                except SequenceConflictError as exc:
+                    request.error = exc  # this batch alone is refused
+                    continue
                 first = last + 1 + len(entries)
                 request.entries = [
                     JournalEvent(first + i, now, e) for i, e in enumerate(request.events)
                 ]
                 entries.extend(request.entries)
                 payloads.extend(request.payloads)
-            self._insert(conn, thread_id, entries, payloads, boundary, raw)
+            if entries:
+                self._insert(conn, thread_id, entries, payloads, boundary, raw)
 
         try:
             self._write(work)

@@ -31,6 +31,7 @@ from roder_api.threads import (
     ThreadMetadata,
     ThreadPage,
     ThreadStoreFactory,
+    check_expected,
     decode_cursor,
     encode_cursor,
     fold_metadata,
@@ -299,11 +300,17 @@ class SqliteThreadStore(BlockingThreadStore):
         return self._write(work)
 
     def _append_sync(
-        self, thread_id: str, events: Sequence[Event], payloads: Sequence[bytes]
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        payloads: Sequence[bytes],
+        expected_last_sequence: int | None,
     ) -> list[JournalEvent]:
 
         def work(conn: sqlite3.Connection) -> list[JournalEvent]:
+            # Inside BEGIN IMMEDIATE: no other connection can write between check and insert.
             last, boundary, raw = self._row(conn, thread_id)
+            check_expected(thread_id, expected_last_sequence, last)
             now = _now_ms()
             entries = [JournalEvent(last + 1 + i, now, e) for i, e in enumerate(events)]
             self._insert(conn, thread_id, entries, payloads, boundary, from_dict(orjson.loads(raw)))
