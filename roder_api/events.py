@@ -100,6 +100,40 @@ class CompactionDiscarded(Record):
     turn_id: str | None = None
 
 
+@register("tool_call_started")
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted(Record):
+    """Tool call ``call_id`` is about to run: journaled right before the tool is called.
+
+    A call with this event and no result was running when the process exited.
+    """
+
+    turn_id: str
+    call_id: str
+
+
+@register("tool_approval_requested")
+@dataclass(frozen=True, slots=True)
+class ToolApprovalRequested(Record):
+    """Tool call ``call_id`` waits for the user's ``ApproveToolCall``."""
+
+    turn_id: str
+    call_id: str
+    name: str
+    arguments: str
+
+
+@register("tool_approval_decided")
+@dataclass(frozen=True, slots=True)
+class ToolApprovalDecided(Record):
+    """The user approved or denied tool call ``call_id`` (``reason`` is theirs, if any)."""
+
+    turn_id: str
+    call_id: str
+    approved: bool
+    reason: str | None = None
+
+
 @register("warning")
 @dataclass(frozen=True, slots=True)
 class WarningEvent(Record):
@@ -146,6 +180,9 @@ Event: TypeAlias = (
     | CompactionStarted
     | CompactionCommitted
     | CompactionDiscarded
+    | ToolCallStarted
+    | ToolApprovalRequested
+    | ToolApprovalDecided
     | WarningEvent
     | ErrorEvent
     | TurnComplete
@@ -162,6 +199,9 @@ EVENT_TYPES: tuple[type[Record], ...] = (
     CompactionStarted,
     CompactionCommitted,
     CompactionDiscarded,
+    ToolCallStarted,
+    ToolApprovalRequested,
+    ToolApprovalDecided,
     WarningEvent,
     ErrorEvent,
     TurnComplete,
@@ -197,6 +237,9 @@ __all__ = [
     "ItemCompleted",
     "JournalEvent",
     "ModelStepStarted",
+    "ToolApprovalDecided",
+    "ToolApprovalRequested",
+    "ToolCallStarted",
     "TurnAborted",
     "TurnComplete",
     "TurnStarted",

@@ -1,0 +1,307 @@
+"""One tool step: run the tool calls of a model step, journal their results, keep the rules.
+
+The calls of one step run concurrently; their results are journaled in the order the model
+asked. ``ToolCallStarted`` is journaled (durably: ``append`` returns once it is persisted)
+right before a tool's ``call()``, so that after a crash the journal tells a call that never
+started (run it) from one that may have taken effect (run it again only when the tool is
+idempotent; otherwise its result says so). Failure is data: a tool that raises, times out,
+gets arguments that are not JSON or do not fit its schema, is unknown, is denied or is
+interrupted gives the model an error result with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import orjson
+
+from roder_api.events import (
+    Event,
+    ItemCompleted,
+    ToolApprovalDecided,
+    ToolApprovalRequested,
+    ToolCallStarted,
+)
+from roder_api.tools import ApprovalPolicy, Tool, ToolContext, ToolOutput, arguments_error
+from roder_api.transcript import ToolCallRecord, ToolResultRecord
+from roder_runtime._config import ToolsConfig
+
+Append = Callable[[Sequence[Event]], Awaitable[object]]
+"""Journal a batch of events; return once they are persisted."""
+
+CRASHED_WHILE_RUNNING = (
+    "the process exited while it ran; it may or may not have taken effect "
+    "(the tool is not idempotent, so it was not run again)"
+)
+"""The result of a non-idempotent call that started before a crash and never finished."""
+
+_REASON_LIMIT = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ApproveToolCall:
+    """An op: approve (or deny, with an optional ``reason``) tool call ``call_id``."""
+
+    call_id: str
+    approved: bool
+    reason: str | None = None
+
+
+Decide = Callable[[ToolApprovalRequested], Awaitable[ApproveToolCall]]
+"""Wait for the user's decision on a call that asks for approval."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallState:
+    """What the journal says about one call of an unfinished step (after a restart)."""
+
+    started: bool = False
+    decision: ToolApprovalDecided | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingToolStep:
+    """The calls of a turn's last step that have no result yet, and what is known of each."""
+
+    calls: tuple[ToolCallRecord, ...]
+    states: Mapping[str, CallState] = field(default_factory=dict)
+
+
+def pending_tool_step(events: Iterable[Event]) -> PendingToolStep | None:
+    """Return the calls of the given turn events that have no result, or None when none.
+
+    ``events`` are one turn's events in journal order. The calls returned keep the order
+    the model asked for them.
+    """
+    calls: dict[str, ToolCallRecord] = {}
+    started: set[str] = set()
+    decisions: dict[str, ToolApprovalDecided] = {}
+    for event in events:
+        if isinstance(event, ItemCompleted):
+            item = event.item
+            if isinstance(item, ToolCallRecord):
+                calls[item.id] = item
+            elif isinstance(item, ToolResultRecord):
+                calls.pop(item.id, None)
+        elif isinstance(event, ToolCallStarted):
+            started.add(event.call_id)
+        elif isinstance(event, ToolApprovalDecided):
+            decisions[event.call_id] = event
+    if not calls:
+        return None
+    states = {call_id: CallState(call_id in started, decisions.get(call_id)) for call_id in calls}
+    return PendingToolStep(tuple(calls.values()), states)
+
+
+def approval_policy(tool: Tool, config: ToolsConfig) -> ApprovalPolicy:
+    """Return the policy for ``tool``: its ``[tools.approval]`` entry, else from the tool."""
+    configured = config.approval.get(tool.name)
+    if configured is not None:
+        return ApprovalPolicy(configured)
+    return ApprovalPolicy.ASK if tool.requires_approval else ApprovalPolicy.AUTO
+
+
+def cut_output(text: str, limit: int) -> str:
+    """Return ``text`` cut to ``limit`` UTF-8 bytes, with a note saying how much was cut."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return text
+    kept = data[:limit].decode("utf-8", "ignore")
+    cut = len(data) - len(kept.encode("utf-8", "surrogatepass"))
+    return f"{kept}\n[output cut: {cut} of {len(data)} bytes not shown]"
+
+
+def one_line(text: str) -> str:
+    """Return ``text`` on one line, at most about a thousand characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _REASON_LIMIT else flat[: _REASON_LIMIT - 1] + "…"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g} s"
+
+
+class ToolStep:
+    """Runs the calls of model steps for one turn (see the module docstring).
+
+    ``append`` journals events (it returns once they are persisted); ``decide`` waits for
+    the user's decision on ``ask`` calls (None: nobody can approve, such calls are denied).
+    """
+
+    def __init__(
+        self,
+        *,
+        thread_id: str,
+        turn_id: str,
+        tools: Mapping[str, Tool],
+        config: ToolsConfig,
+        append: Append,
+        decide: Decide | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.thread_id = thread_id
+        self.turn_id = turn_id
+        self.tools = tools
+        self.config = config
+        self._append = append
+        self._decide = decide
+        self._settings: Mapping[str, Any] = settings or {}
+
+    async def run(
+        self,
+        calls: Sequence[ToolCallRecord],
+        states: Mapping[str, CallState] | None = None,
+    ) -> list[ToolResultRecord]:
+        """Run ``calls`` concurrently and journal their results in order; return them.
+
+        ``states`` is what the journal knows of each call after a restart. When this task
+        is cancelled (an interrupt), every call without a result gets one saying so, then
+        the cancellation goes on.
+        """
+        known = states or {}
+        results: list[ToolResultRecord | None] = [None] * len(calls)
+        started: set[str] = set()
+        journaled = 0
+        lock = anyio.Lock()
+
+        async def publish() -> None:
+            nonlocal journaled
+            async with lock:
+                ready: list[Event] = []
+                while journaled < len(calls) and results[journaled] is not None:
+                    result = results[journaled]
+                    assert result is not None
+                    ready.append(ItemCompleted(self.turn_id, result))
+                    journaled += 1
+                if ready:
+                    # Shielded: a result handed to the journal is counted as journaled.
+                    with anyio.CancelScope(shield=True):
+                        await self._append(ready)
+
+        async def run_one(index: int, call: ToolCallRecord) -> None:
+            results[index] = await self._run_call(call, known.get(call.id), started)
+            await publish()
+
+        try:
+            async with anyio.create_task_group() as group:
+                for index, call in enumerate(calls):
+                    group.start_soon(run_one, index, call)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                for index, call in enumerate(calls):
+                    if results[index] is None:
+                        reason = (
+                            "cancelled: the turn was interrupted while the tool ran"
+                            if call.id in started
+                            else "not run: the turn was interrupted"
+                        )
+                        results[index] = self._error(call, reason)
+                await publish()
+            raise
+        return [r for r in results if r is not None]
+
+    def _error(self, call: ToolCallRecord, reason: str) -> ToolResultRecord:
+        text = cut_output(one_line(reason), self.config.max_tool_output_bytes)
+        return ToolResultRecord(call.id, call.name, text, is_error=True)
+
+    async def _run_call(
+        self, call: ToolCallRecord, state: CallState | None, started: set[str]
+    ) -> ToolResultRecord:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            offered = ", ".join(sorted(self.tools)) or "none"
+            return self._error(call, f"unknown tool {call.name!r}; the tools offered: {offered}")
+        if state is not None and state.started and not tool.idempotent:
+            return self._error(call, CRASHED_WHILE_RUNNING)
+        try:
+            arguments = orjson.loads(call.arguments) if call.arguments.strip() else {}
+        except orjson.JSONDecodeError as exc:
+            return self._error(call, f"the arguments are not valid JSON: {exc}")
+        if not isinstance(arguments, dict):
+            return self._error(call, "the arguments must be a JSON object")
+        problem = arguments_error(tool.parameters, arguments)
+        if problem is not None:
+            return self._error(call, f"the arguments do not fit the tool's schema: {problem}")
+        denial = await self._approve(tool, call, state)
+        if denial is not None:
+            return self._error(call, denial)
+        ctx = ToolContext(self.thread_id, self.turn_id, call.id, self._settings)
+        started.add(call.id)
+        with anyio.CancelScope(shield=True):
+            await self._append([ToolCallStarted(self.turn_id, call.id)])
+        timeout = tool.timeout_s
+        output: object = None
+        deadline = math.inf if timeout is None else anyio.current_time() + timeout
+        with anyio.CancelScope(deadline=deadline) as scope:
+            try:
+                output = await tool.call(ctx, arguments)
+            except Exception as exc:  # noqa: BLE001 - a tool may raise anything: it is data
+                return self._error(call, f"the tool raised {type(exc).__name__}: {exc}")
+        if scope.cancelled_caught:
+            waited = _seconds(timeout or 0)
+            if ctx.abandoned:
+                return self._error(
+                    call,
+                    f"timed out after {waited}; it ignored cancellation and was abandoned, "
+                    "so it may still be running",
+                )
+            return self._error(call, f"timed out after {waited} and was cancelled")
+        return self._result(call, output)
+
+    def _result(self, call: ToolCallRecord, output: object) -> ToolResultRecord:
+        limit = self.config.max_tool_output_bytes
+        if isinstance(output, str):
+            return ToolResultRecord(call.id, call.name, cut_output(output, limit))
+        if isinstance(output, ToolOutput) and isinstance(output.text, str):
+            return ToolResultRecord(
+                call.id,
+                call.name,
+                cut_output(output.text, limit),
+                display_payload=output.display_payload,
+                is_error=output.is_error,
+            )
+        kind = type(output).__name__
+        return self._error(call, f"the tool returned {kind}, not a str or a ToolOutput")
+
+    async def _approve(
+        self, tool: Tool, call: ToolCallRecord, state: CallState | None
+    ) -> str | None:
+        """Return why the call may not run, or None when it may."""
+        policy = approval_policy(tool, self.config)
+        if policy is ApprovalPolicy.AUTO:
+            return None
+        if policy is ApprovalPolicy.DENY:
+            return f'denied: [tools.approval] says {tool.name} = "deny"; the tool did not run'
+        decided = state.decision if state is not None else None
+        if decided is None:
+            request = ToolApprovalRequested(self.turn_id, call.id, call.name, call.arguments)
+            await self._append([request])
+            if self._decide is None:
+                answer = ApproveToolCall(call.id, False, "nobody can approve calls here")
+            else:
+                answer = await self._decide(request)
+            decided = ToolApprovalDecided(self.turn_id, call.id, answer.approved, answer.reason)
+            await self._append([decided])
+        if decided.approved:
+            return None
+        why = f": {one_line(decided.reason)}" if decided.reason else ""
+        return f"denied by the user{why}; the tool did not run"
+
+
+__all__ = [
+    "Append",
+    "ApproveToolCall",
+    "CRASHED_WHILE_RUNNING",
+    "CallState",
+    "Decide",
+    "PendingToolStep",
+    "ToolStep",
+    "approval_policy",
+    "cut_output",
+    "one_line",
+    "pending_tool_step",
+]
