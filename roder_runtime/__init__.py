@@ -5,6 +5,7 @@ Machinery lives in private ``_*.py`` modules; the public names are re-exported h
 
 from __future__ import annotations
 
+from roder_api import __version__ as _api_version
 from roder_runtime._compaction import CompactionResult
 from roder_runtime._config import (
     CompactionConfig,
@@ -18,7 +19,7 @@ from roder_runtime._config import (
 from roder_runtime._runtime import DEFAULT_ENGINE, Runtime
 from roder_runtime._session import Interrupt, Op, Session, Steer, UserInput
 
-__version__ = "0.1.0"
+__version__ = _api_version
 
 __all__ = [
     "CompactionConfig",

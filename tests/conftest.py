@@ -14,6 +14,8 @@ from roder_api.testing import ScriptedEngine
 from roder_jsonl_thread_store import JsonlThreadStore, JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig
 
+from .installed_roder import Installed, install
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -78,3 +80,9 @@ def cli_env(tmp_path: Path) -> Iterator[dict[str, str]]:
 def roder_command() -> list[str]:
     """Return the command that runs ``roder`` with this interpreter."""
     return [sys.executable, "-m", "roder_runtime"]
+
+
+@pytest.fixture(scope="session")
+def installed_roder(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """Return roder installed the README's way into a fresh venv (built once per session)."""
+    return install(tmp_path_factory.mktemp("installed"))

@@ -31,6 +31,7 @@ def test_echo_plugin_installs_into_a_fresh_environment(
             "--quiet",
             "--disable-pip-version-check",
             str(REPO),
+            str(REPO / "plugins" / "roder-jsonl-thread-store"),
             str(REPO / "examples" / "roder-echo-engine"),
         ],
         capture_output=True,

@@ -35,7 +35,18 @@ def test_readme_has_exactly_two_setup_commands() -> None:
     assert block is not None
     commands = [line for line in block.group(1).splitlines() if line and not line.startswith("#")]
     assert commands == [
-        "python3 -m venv .venv && .venv/bin/pip install . && .venv/bin/roder chat",
+        "python3 -m venv .venv && .venv/bin/pip install . ./plugins/*/ && .venv/bin/roder chat",
         "scripts/test",
     ]
     assert "scripts/test" in (REPO / ".ci" / "run").read_text()
+
+
+def test_each_plugin_readme_gives_the_one_command_that_installs_it_next_to_roder() -> None:
+    jsonl = "./plugins/roder-jsonl-thread-store"
+    for project in sorted((REPO / "plugins").glob("*/pyproject.toml")):
+        plugin = project.parent
+        extra = "" if plugin.name == "roder-jsonl-thread-store" else f" ./plugins/{plugin.name}"
+        readme = (plugin / "README.md").read_text()
+        command = f"pip install . {jsonl}{extra}"
+        assert command + "\n" in readme, f"{plugin.name}/README.md must give `{command}`"
+        assert f"pip install {plugin.name}" not in readme, "no package index has it"

@@ -176,4 +176,4 @@ def test_installed_builtin_plugins_are_discovered(monkeypatch: pytest.MonkeyPatc
     infos = {i.name: i for i in builder.load_entry_points()}
     assert infos["jsonl"].thread_stores == ("jsonl",)
     assert infos["scripted"].engines == ("scripted",)
-    assert infos["jsonl"].version and infos["jsonl"].distribution == "roder"
+    assert infos["jsonl"].version and infos["jsonl"].distribution == "roder-jsonl-thread-store"

@@ -29,6 +29,7 @@ def test_the_plugin_installs_into_a_fresh_environment(tmp_path: Path) -> None:
             "--quiet",
             "--disable-pip-version-check",
             str(REPO),
+            str(REPO / "plugins" / "roder-jsonl-thread-store"),
             str(PLUGIN),
         ],
         capture_output=True,
