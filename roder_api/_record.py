@@ -50,18 +50,36 @@ def register(tag: str, **decoders: Decoder) -> Callable[[R], R]:
     return decorate
 
 
+_SCALARS = frozenset((str, int, bool, type(None)))
+
+
 def encode_value(value: Any) -> Any:
     """Return ``value`` as plain JSON data (records become tagged dicts, enums their value)."""
+    cls = type(value)
+    if cls in _SCALARS:
+        return value
+    if cls is float:
+        if not math.isfinite(value):
+            # orjson would quietly write null: the value would change on the way back.
+            raise TypeError(f"{value!r} is not a JSON number (NaN and infinities cannot be stored)")
+        return value
     if isinstance(value, Record):
         return to_dict(value)
     if isinstance(value, enum.Enum):
         return value.value
+    # Plain loops rather than comprehensions: one stack frame per nesting level, so the
+    # codec's nesting limit is reached long before Python's recursion limit.
     if isinstance(value, (list, tuple)):
-        return [encode_value(v) for v in value]
+        items: list[Any] = []
+        for item in value:
+            items.append(encode_value(item))
+        return items
     if isinstance(value, Mapping):
-        return {k: encode_value(v) for k, v in value.items()}
+        mapping: dict[Any, Any] = {}
+        for key, item in value.items():
+            mapping[key] = encode_value(item)
+        return mapping
     if isinstance(value, float) and not math.isfinite(value):
-        # orjson would quietly write null: the value would change on the way back.
         raise TypeError(f"{value!r} is not a JSON number (NaN and infinities cannot be stored)")
     return value
 

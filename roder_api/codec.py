@@ -1,13 +1,32 @@
-"""JSON codec for every persisted type: tagged dicts and orjson bytes.
+"""JSON codec for every persisted type: tagged dicts and JSON bytes.
 
 ``to_dict(obj)`` / ``from_dict(data)`` dispatch on the ``type`` tag; ``dumps`` / ``loads`` add
-orjson. Fields unknown to this version are kept on the object (``unknown_fields``) and written
+JSON. Fields unknown to this version are kept on the object (``unknown_fields``) and written
 back, so data from a newer version survives a round trip.
+
+**The value rule** (the same for every store): whatever the standard library's ``json``
+round-trips in an event round-trips through the codec — lone surrogates in text
+(``"\\ud800"``), integers of any size, nesting up to :data:`MAX_NESTING` levels. Anything
+else (a Python object, bytes, a set, NaN or an infinity, a non-text dict key, deeper
+nesting, a container holding itself) raises ``UnserializableEventError`` naming the path to
+the value (``item.data.rows[3]``), before a store writes anything.
+
+orjson writes and reads every ordinary value (the fast path). orjson refuses lone
+surrogates, integers beyond 64 bits and nesting past 254 levels, and it reads integers
+beyond 64 bits back as floats; for values like those the codec writes with the standard
+library instead, as ASCII JSON that starts with one space (:data:`EXACT_MARK`).
+:func:`loads_json` reads bytes that start with the mark with the standard library and
+everything else with orjson, so the fast path costs nothing extra. A store that embeds the
+codec's bytes inside a JSON document of its own starts that document with the mark too
+when any embedded part starts with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import enum
+import json
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -20,52 +39,228 @@ import roder_api.transcript  # noqa: F401
 from roder_api._record import Record, from_dict, record_types, to_dict
 from roder_api.errors import UnserializableEventError
 
+MAX_NESTING = 256
+"""The deepest an event may nest, in JSON levels (the event's own object is level 1)."""
+
+FRAMING_LEVELS = 8
+"""How many JSON levels a store's own document may wrap around a value (:func:`dumps_json`)."""
+
+EXACT_MARK = b" "
+"""The first byte of JSON the codec wrote with the standard library (see the module doc)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+_exact_decoder = json.JSONDecoder(parse_constant=_refuse_constant)
+_exact_encoder = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+
+
+def _segment(key: object) -> str:
+    if isinstance(key, int):
+        return f"[{key}]"
+    if isinstance(key, str) and key.isidentifier():
+        return f".{key}"
+    return f"[{key!r}]"
+
+
+def _path(parts: tuple[object, ...]) -> str:
+    text = "".join(_segment(part) for part in parts)
+    return text[1:] if text.startswith(".") else text or "(the value itself)"
+
+
+def find_unserializable(
+    value: Any, *, depth: int = 1, limit: int = MAX_NESTING
+) -> tuple[str, str] | None:
+    """Return ``(path, reason)`` of the first value the codec cannot carry, or None.
+
+    ``value`` may hold records and enums (as persisted objects do) or plain JSON data;
+    ``depth`` is the JSON level ``value`` itself sits at, ``limit`` the deepest level allowed.
+    Walks without recursion, so even absurd nesting is reported rather than overflowing the
+    stack.
+    """
+    stack: list[tuple[Any, int, tuple[object, ...]]] = [(value, depth, ())]
+    while stack:
+        current, level, parts = stack.pop()
+        if isinstance(current, enum.Enum):
+            current = current.value
+        if current is None or isinstance(current, (bool, int, str)):
+            continue
+        if isinstance(current, float):
+            if not math.isfinite(current):
+                return _path(parts), f"{current!r} is not a JSON number"
+            continue
+        if level > limit:
+            return _path(parts), (
+                f"nested deeper than {limit} levels (or a container holds itself)"
+            )
+        if isinstance(current, Record):
+            cls = type(current)
+            if not cls.TYPE:
+                return _path(parts), f"{cls.__name__} is not a registered Roder record type"
+            for name in reversed(cls._codec_fields):
+                stack.append((getattr(current, name), level + 1, (*parts, name)))
+            for key, item in current.unknown_fields.items():
+                stack.append((item, level + 1, (*parts, key)))
+        elif isinstance(current, Mapping):
+            for key, item in reversed(list(current.items())):
+                if not isinstance(key, str):
+                    return _path((*parts, key)), (
+                        f"the key {key!r} is a {type(key).__name__}; JSON keys are text"
+                    )
+                stack.append((item, level + 1, (*parts, key)))
+        elif isinstance(current, (list, tuple)):
+            for index in range(len(current) - 1, -1, -1):
+                stack.append((current[index], level + 1, (*parts, index)))
+        else:
+            return _path(parts), f"a {type(current).__name__} is not JSON data"
+    return None
+
+
+def _unserializable(
+    obj: object, exc: BaseException, *, batch: bool, index: int = 0
+) -> UnserializableEventError:
+    problem = find_unserializable(obj)
+    what = f"event {index} of this batch" if batch else type(obj).__name__
+    if problem is None:
+        detail = str(exc) or type(exc).__name__
+    else:
+        path, reason = problem
+        detail = f"{path}: {reason}"
+    tail = "; nothing was stored" if batch else "; events must hold JSON data only"
+    return UnserializableEventError(f"cannot serialise {what}: {detail}{tail}")
+
+
+def _exact(data: Any) -> bytes:
+    return EXACT_MARK + _exact_encoder.encode(data).encode("ascii")
+
+
+def _encode(obj: Record, *, batch: bool = False, index: int = 0) -> tuple[Any, bytes | None]:
+    """Return ``(to_dict(obj), its orjson bytes or None when only the exact path can)``."""
+    try:
+        data = to_dict(obj)
+    except (TypeError, AttributeError) as exc:
+        raise _unserializable(obj, exc, batch=batch, index=index) from exc
+    try:
+        return data, orjson.dumps(data)
+    except TypeError as exc:
+        if find_unserializable(obj) is not None:
+            raise _unserializable(obj, exc, batch=batch, index=index) from exc
+        return data, None
+
 
 def dumps(obj: Record) -> bytes:
-    """Return the orjson bytes of a persisted object.
+    """Return the JSON bytes of a persisted object (orjson's, or the exact path's).
 
-    Raise ``UnserializableEventError`` when a field holds something JSON cannot carry.
+    Raise ``UnserializableEventError`` naming the path when a field holds something the
+    value rule refuses.
+    """
+    data, fast = _encode(obj)
+    return fast if fast is not None else _exact(data)
+
+
+def check_value(value: Any, *, what: str = "the value", depth: int = 1) -> None:
+    """Raise ``UnserializableEventError`` naming the path when the value rule refuses ``value``.
+
+    ``depth`` is the JSON level ``value`` sits at in the document it is stored in (a thread's
+    metadata object is level 1, its ``extra`` level 2). Walks the whole value: for checks
+    at the edge of an API (a metadata change), not for every event.
+    """
+    problem = find_unserializable(value, depth=depth)
+    if problem is not None:
+        path, reason = problem
+        raise UnserializableEventError(
+            f"cannot serialise {what}: {path}: {reason}; nothing was stored"
+        )
+
+
+def dumps_json(value: Any) -> bytes:
+    """Return the JSON bytes of plain JSON data (for example a store's own record).
+
+    For data the codec produced or :func:`check_value` passed: orjson's bytes, or the exact
+    path's for values orjson cannot write. The store's document may wrap the checked value
+    in up to :data:`FRAMING_LEVELS` levels of its own. Raise ``UnserializableEventError`` naming the
+    path when the value rule refuses ``value`` (NaN is refused earlier, by ``to_dict`` and
+    :func:`check_value`: orjson writes it as null without complaint).
     """
     try:
-        return orjson.dumps(to_dict(obj))
+        return orjson.dumps(value)
     except TypeError as exc:
-        raise UnserializableEventError(
-            f"cannot serialise {type(obj).__name__}: {exc}; events must hold JSON data only"
-        ) from exc
-
-
-def _batch_error(exc: Exception) -> UnserializableEventError:
-    return UnserializableEventError(
-        f"cannot serialise an event of this batch: {exc}; nothing was stored"
-    )
+        problem = find_unserializable(value, limit=MAX_NESTING + FRAMING_LEVELS)
+        if problem is not None:
+            path, reason = problem
+            raise UnserializableEventError(
+                f"cannot serialise {path}: {reason}; nothing was stored"
+            ) from exc
+    return _exact(value)
 
 
 def dumps_each(objs: Sequence[Record]) -> list[bytes]:
-    """Return the orjson bytes of each object of a batch (for stores that keep one per row).
+    """Return the JSON bytes of each object of a batch (for stores that keep one per row).
 
     Raise ``UnserializableEventError`` (nothing of the batch is usable) when one cannot be
     serialised.
     """
     try:
         return [orjson.dumps(to_dict(obj)) for obj in objs]
-    except (TypeError, AttributeError) as exc:
-        raise _batch_error(exc) from exc
+    except (TypeError, AttributeError):
+        pass
+    out: list[bytes] = []
+    for index, obj in enumerate(objs):
+        data, fast = _encode(obj, batch=True, index=index)
+        out.append(fast if fast is not None else _exact(data))
+    return out
 
 
 def dumps_list(objs: Sequence[Record]) -> bytes:
-    """Return a batch as the orjson bytes of one JSON array of tagged objects.
+    """Return a batch as the JSON bytes of one JSON array of tagged objects.
 
-    Raise ``UnserializableEventError`` when one cannot be serialised.
+    The bytes start with :data:`EXACT_MARK` when the batch needed the exact path. Raise
+    ``UnserializableEventError`` when one cannot be serialised.
     """
     try:
         return orjson.dumps([to_dict(obj) for obj in objs])
-    except (TypeError, AttributeError) as exc:
-        raise _batch_error(exc) from exc
+    except (TypeError, AttributeError):
+        pass
+    datas = [_encode(obj, batch=True, index=index)[0] for index, obj in enumerate(objs)]
+    return _exact(datas)
+
+
+def loads_json(data: bytes | str) -> Any:
+    """Return the plain JSON data of bytes this codec wrote (either path).
+
+    Raise ``orjson.JSONDecodeError`` (a ``json.JSONDecodeError``) when they are not JSON.
+    """
+    if data[:1] != (" " if isinstance(data, str) else EXACT_MARK):
+        return orjson.loads(data)
+    text = data if isinstance(data, str) else data.decode("utf-8", "replace")
+    try:
+        return _exact_decoder.decode(text)
+    except json.JSONDecodeError as exc:
+        raise orjson.JSONDecodeError(exc.msg, exc.doc, exc.pos) from None
+    except (ValueError, RecursionError) as exc:
+        raise orjson.JSONDecodeError(str(exc) or "nested too deeply", text, 0) from None
 
 
 def loads(data: bytes | str) -> Any:
     """Return the object serialised in ``data`` (the inverse of :func:`dumps`)."""
-    return from_dict(orjson.loads(data))
+    return from_dict(loads_json(data))
 
 
-__all__ = ["dumps", "dumps_each", "dumps_list", "from_dict", "loads", "record_types", "to_dict"]
+__all__ = [
+    "EXACT_MARK",
+    "FRAMING_LEVELS",
+    "MAX_NESTING",
+    "check_value",
+    "dumps",
+    "dumps_each",
+    "dumps_json",
+    "dumps_list",
+    "find_unserializable",
+    "from_dict",
+    "loads",
+    "loads_json",
+    "record_types",
+    "to_dict",
+]

@@ -538,10 +538,13 @@ class BlockingThreadStore(ThreadStore):
         extra: Mapping[str, Any] = UNSET,
     ) -> ThreadMetadata:
         """Change a thread's title and/or extra metadata."""
+        from roder_api.codec import check_value  # the codec imports this module
+
         validate_thread_id(thread_id)
         changes = metadata_changes(title, extra)
         if not changes:
             return await self.get_thread(thread_id)
+        check_value(changes, what="the thread's new metadata")
         return await self._run(self._update_sync, thread_id, changes)
 
     async def append_events(

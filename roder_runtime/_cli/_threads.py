@@ -10,8 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from roder_api.codec import dumps as codec_dumps
 from roder_api.codec import to_dict
 from roder_api.errors import RoderError, ThreadNotFoundError
 from roder_api.events import (
@@ -503,8 +502,8 @@ async def show_command(args: argparse.Namespace) -> int:
 
 def export_jsonl(meta: ThreadMetadata, entries: Sequence[JournalEvent]) -> str:
     """Return the JSON-lines export: the metadata, then each journal event, one per line."""
-    lines = [orjson.dumps(to_dict(meta))]
-    lines.extend(orjson.dumps(to_dict(entry)) for entry in entries)
+    lines = [codec_dumps(meta)]
+    lines.extend(codec_dumps(entry) for entry in entries)
     return b"\n".join(lines).decode() + "\n"
 
 
@@ -748,7 +747,7 @@ async def thread_size(store: ThreadStore, thread_id: str) -> tuple[int, bool]:
     if size is not None:
         return size, True
     entries = await store.read_events(thread_id)
-    return sum(len(orjson.dumps(to_dict(e))) + 1 for e in entries), False
+    return sum(len(codec_dumps(e)) + 1 for e in entries), False
 
 
 async def prune_command(args: argparse.Namespace) -> int:

@@ -18,6 +18,8 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from roder_api.codec import EXACT_MARK, dumps_json, loads_json
+
 FORMAT_VERSION = 1
 """The major format version this code writes and reads."""
 
@@ -32,8 +34,8 @@ def frame(record: bytes) -> bytes:
 
 
 def encode_record(record: dict[str, Any]) -> bytes:
-    """Return the journal line for a record dict."""
-    return frame(orjson.dumps(record))
+    """Return the journal line for a record dict (``UnserializableEventError`` if it cannot)."""
+    return frame(dumps_json(record))
 
 
 def events_record(first_sequence: int, recorded_at_ms: int, events_json: bytes) -> bytes:
@@ -44,6 +46,9 @@ def events_record(first_sequence: int, recorded_at_ms: int, events_json: bytes) 
         recorded_at_ms,
         events_json,
     )
+    if events_json[:1] == EXACT_MARK:
+        # The codec's mark: the events need the exact decoder, so the record does too.
+        record = EXACT_MARK + record
     return frame(record)
 
 
@@ -65,7 +70,7 @@ def parse_line(line: bytes) -> dict[str, Any]:
     if zlib.crc32(body) != expected:
         raise BadLine("checksum mismatch")
     try:
-        record = orjson.loads(body)
+        record = loads_json(body)
     except orjson.JSONDecodeError:
         raise BadLine("bad JSON") from None
     if not isinstance(record, dict) or "k" not in record or "v" not in record:

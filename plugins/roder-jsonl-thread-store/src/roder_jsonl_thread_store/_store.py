@@ -42,7 +42,15 @@ import anyio.to_thread
 import orjson
 
 from roder_api._record import to_dict
-from roder_api.codec import dumps_each, dumps_list, from_dict
+from roder_api.codec import (
+    EXACT_MARK,
+    check_value,
+    dumps_each,
+    dumps_json,
+    dumps_list,
+    from_dict,
+    loads_json,
+)
 from roder_api.errors import (
     SequenceConflictError,
     StoppedError,
@@ -333,15 +341,22 @@ def _copy(state: JournalState) -> JournalState:
     )
 
 
+def _one_event_list(payload: bytes) -> bytes:
+    """Return the JSON list of one event's codec bytes, keeping the codec's exact mark first."""
+    if payload[:1] == EXACT_MARK:
+        return b"%s[%s]" % (EXACT_MARK, payload)
+    return b"[%s]" % payload
+
+
 def _metadata_json(meta: ThreadMetadata) -> bytes:
     """Return the codec JSON of thread metadata (what ``to_dict`` gives, built directly).
 
     Every commit writes it to the index; the generic encoder costs several times more.
     """
     if meta.unknown_fields or meta.usage.unknown_fields or type(meta) is not ThreadMetadata:
-        return orjson.dumps(to_dict(meta))
+        return dumps_json(to_dict(meta))
     usage = meta.usage
-    return orjson.dumps(
+    return dumps_json(
         {
             "type": "thread_metadata",
             "thread_id": meta.thread_id,
@@ -610,7 +625,7 @@ class JsonlThreadStore(ThreadStore):
         head = file.read(20)
         if line_crc(head) != row.head_crc:
             return None
-        meta = from_dict(orjson.loads(row.meta))
+        meta = from_dict(loads_json(row.meta))
         return JournalState(
             inode=row.inode,
             size=row.size,
@@ -915,7 +930,7 @@ class JsonlThreadStore(ThreadStore):
                 raise SequenceConflictError(thread_id, expected, entries[0].sequence)
             # One line per imported event keeps each event's own recorded time.
             lines = [
-                events_record(entry.sequence, entry.recorded_at_ms, b"[%s]" % payload)
+                events_record(entry.sequence, entry.recorded_at_ms, _one_event_list(payload))
                 for entry, payload in zip(entries, payloads, strict=True)
             ]
             for line, entry in zip(lines, entries, strict=True):
@@ -951,6 +966,7 @@ class JsonlThreadStore(ThreadStore):
         thread_id = metadata.thread_id
         path = self.journal_path(thread_id)
         stored = replace(metadata, usage=TokenUsage(), item_count=0, last_sequence=0)
+        check_value(stored, what="the thread's metadata")
         line = encode_record({"v": FORMAT_VERSION, "k": "create", "meta": to_dict(stored)})
         with self._guard(thread_id), ProcessLock(self._lock_path(thread_id)):
             if path.exists():
@@ -1023,7 +1039,7 @@ class JsonlThreadStore(ThreadStore):
                 if not raw:
                     break
                 try:
-                    record = orjson.loads(raw[20:-2])
+                    record = loads_json(raw[20:-2])
                     if record.get("k") == "events":
                         found = int(record["seq"])
                         break
@@ -1085,7 +1101,7 @@ class JsonlThreadStore(ThreadStore):
     ) -> list[JournalEvent]:
         out: list[JournalEvent] = []
         append = out.append
-        loads = orjson.loads
+        loads = loads_json
         crc32 = zlib.crc32
         decode = from_dict
         make = _journal_event
@@ -1182,7 +1198,7 @@ class JsonlThreadStore(ThreadStore):
                 self._index.open()
                 self._catch_up()
             rows = self._index.page(position, limit + 1)
-        metas = [from_dict(orjson.loads(row.meta)) for row in rows[:limit]]
+        metas = [from_dict(loads_json(row.meta)) for row in rows[:limit]]
         more = len(rows) > limit
         last = metas[-1] if metas else None
         next_cursor = encode_cursor(last.updated_at_ms, last.thread_id) if more and last else None
@@ -1375,12 +1391,8 @@ class JsonlThreadStore(ThreadStore):
         changes = metadata_changes(title, extra)
         if not changes:
             return await self.get_thread(thread_id)
-        try:
-            orjson.dumps(changes)
-        except TypeError as exc:
-            raise UnserializableEventError(
-                f"cannot serialise the thread's new metadata: {exc}; nothing was stored"
-            ) from exc
+        # UnserializableEventError (naming the value) before anything is written.
+        check_value(changes, what="the thread's new metadata")
         result: ThreadMetadata = await self._submit(self._meta_commit(thread_id, changes))
         return result
 

@@ -11,14 +11,13 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 import anyio.to_thread
-import orjson
 import psycopg
 import psycopg.errors
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from roder_api.codec import from_dict, to_dict
+from roder_api.codec import dumps, from_dict, loads_json
 from roder_api.errors import (
     SequenceConflictError,
     StoppedError,
@@ -95,7 +94,7 @@ def _now_ms() -> int:
 
 
 def _metadata(raw: str) -> ThreadMetadata:
-    metadata: ThreadMetadata = from_dict(orjson.loads(raw))
+    metadata: ThreadMetadata = from_dict(loads_json(raw))
     return metadata
 
 
@@ -182,7 +181,7 @@ class PostgresThreadStore(BlockingThreadStore):
                 metadata.updated_at_ms,
                 metadata.last_sequence,
                 boundary_sequence,
-                orjson.dumps(to_dict(metadata)).decode(),
+                dumps(metadata).decode(),
                 metadata.thread_id,
             ),
         )
@@ -215,7 +214,7 @@ class PostgresThreadStore(BlockingThreadStore):
                 "updated": folded.updated_at_ms,
                 "last": folded.last_sequence,
                 "boundary": last_boundary_sequence(entries, boundary),
-                "metadata": orjson.dumps(to_dict(folded)).decode(),
+                "metadata": dumps(folded).decode(),
             },
         )
 
@@ -229,7 +228,7 @@ class PostgresThreadStore(BlockingThreadStore):
                 "INSERT INTO roder_threads (thread_id, updated_at_ms, last_sequence, "
                 "boundary_sequence, metadata) VALUES (%s, %s, 0, 0, %s) "
                 "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id",
-                (stored.thread_id, stored.updated_at_ms, orjson.dumps(to_dict(stored)).decode()),
+                (stored.thread_id, stored.updated_at_ms, dumps(stored).decode()),
             ).fetchone()
             if inserted is None:
                 raise ThreadExistsError(stored.thread_id)
@@ -355,7 +354,7 @@ class PostgresThreadStore(BlockingThreadStore):
                     ).fetchall()
             finally:
                 conn.isolation_level = None
-        return [JournalEvent(seq, t, from_dict(orjson.loads(raw))) for seq, t, raw in rows]
+        return [JournalEvent(seq, t, from_dict(loads_json(raw))) for seq, t, raw in rows]
 
     def _page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
         with self._pool.connection() as conn:
@@ -373,7 +372,7 @@ class PostgresThreadStore(BlockingThreadStore):
             finally:
                 conn.isolation_level = None
         events = tuple(
-            JournalEvent(seq, t, from_dict(orjson.loads(raw))) for seq, t, raw in reversed(rows)
+            JournalEvent(seq, t, from_dict(loads_json(raw))) for seq, t, raw in reversed(rows)
         )
         first = events[0].sequence if events else before
         return EventPage(events, first if first > 1 else None)

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import anyio.to_thread
-import orjson
 
-from roder_api.codec import from_dict, to_dict
+from roder_api.codec import dumps, from_dict, loads_json
 from roder_api.errors import (
     SequenceConflictError,
     StoppedError,
@@ -258,7 +257,7 @@ class SqliteThreadStore(BlockingThreadStore):
                 metadata.updated_at_ms,
                 metadata.last_sequence,
                 boundary_sequence,
-                orjson.dumps(to_dict(metadata)),
+                dumps(metadata),
                 metadata.thread_id,
             ),
         )
@@ -291,7 +290,7 @@ class SqliteThreadStore(BlockingThreadStore):
                 "INSERT INTO roder_threads (thread_id, updated_at_ms, last_sequence, "
                 "boundary_sequence, metadata) VALUES (?, ?, 0, 0, ?) "
                 "ON CONFLICT (thread_id) DO NOTHING",
-                (stored.thread_id, stored.updated_at_ms, orjson.dumps(to_dict(stored))),
+                (stored.thread_id, stored.updated_at_ms, dumps(stored)),
             ).rowcount
             if not inserted:
                 raise ThreadExistsError(stored.thread_id)
@@ -313,7 +312,7 @@ class SqliteThreadStore(BlockingThreadStore):
             check_expected(thread_id, expected_last_sequence, last)
             now = _now_ms()
             entries = [JournalEvent(last + 1 + i, now, e) for i, e in enumerate(events)]
-            self._insert(conn, thread_id, entries, payloads, boundary, from_dict(orjson.loads(raw)))
+            self._insert(conn, thread_id, entries, payloads, boundary, from_dict(loads_json(raw)))
             return entries
 
         return self._write(work)
@@ -326,7 +325,7 @@ class SqliteThreadStore(BlockingThreadStore):
             last, boundary, raw = self._row(conn, thread_id)
             if entries[0].sequence != last + 1:
                 raise SequenceConflictError(thread_id, last + 1, entries[0].sequence)
-            self._insert(conn, thread_id, entries, payloads, boundary, from_dict(orjson.loads(raw)))
+            self._insert(conn, thread_id, entries, payloads, boundary, from_dict(loads_json(raw)))
 
         self._write(work)
 
@@ -334,7 +333,7 @@ class SqliteThreadStore(BlockingThreadStore):
 
         def work(conn: sqlite3.Connection) -> ThreadMetadata:
             _, boundary, raw = self._row(conn, thread_id)
-            metadata: ThreadMetadata = from_dict(orjson.loads(raw))
+            metadata: ThreadMetadata = from_dict(loads_json(raw))
             updated = max(metadata.updated_at_ms, _now_ms())
             metadata = replace(metadata, updated_at_ms=updated, **changes)
             self._store_metadata(conn, metadata, boundary)
@@ -356,7 +355,7 @@ class SqliteThreadStore(BlockingThreadStore):
 
     def _get_sync(self, thread_id: str) -> ThreadMetadata:
         with self._reader() as conn:
-            metadata: ThreadMetadata = from_dict(orjson.loads(self._row(conn, thread_id)[2]))
+            metadata: ThreadMetadata = from_dict(loads_json(self._row(conn, thread_id)[2]))
             return metadata
 
     def _read_sync(
@@ -371,7 +370,7 @@ class SqliteThreadStore(BlockingThreadStore):
                 "WHERE thread_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
                 (thread_id, after, -1 if limit is None else limit),
             ).fetchall()
-        return [JournalEvent(seq, t, from_dict(orjson.loads(raw))) for seq, t, raw in rows]
+        return [JournalEvent(seq, t, from_dict(loads_json(raw))) for seq, t, raw in rows]
 
     def _page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
         with self._reader() as conn:
@@ -384,7 +383,7 @@ class SqliteThreadStore(BlockingThreadStore):
                 (thread_id, before, limit),
             ).fetchall()
         events = tuple(
-            JournalEvent(seq, t, from_dict(orjson.loads(raw))) for seq, t, raw in reversed(rows)
+            JournalEvent(seq, t, from_dict(loads_json(raw))) for seq, t, raw in reversed(rows)
         )
         first = events[0].sequence if events else before
         return EventPage(events, first if first > 1 else None)
@@ -404,7 +403,7 @@ class SqliteThreadStore(BlockingThreadStore):
                     "ORDER BY updated_at_ms DESC, thread_id DESC LIMIT ?",
                     (limit + 1,),
                 ).fetchall()
-        threads = [from_dict(orjson.loads(raw)) for (raw,) in rows]
+        threads = [from_dict(loads_json(raw)) for (raw,) in rows]
         page = threads[:limit]
         more = len(threads) > limit
         return ThreadPage(tuple(page), encode_cursor(*listing_key(page[-1])) if more else None)
