@@ -8,9 +8,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import orjson
-
-from roder_api.codec import to_dict
+from roder_api.codec import dumps, to_dict
 from roder_api.events import (
     ItemCompleted,
     JournalEvent,
@@ -93,7 +91,7 @@ def unserializable_event(turn_id: str = "turn-1") -> ItemCompleted:
 
 def event_bytes(entries: Sequence[JournalEvent]) -> list[bytes]:
     """Return the canonical JSON bytes of journal events (to compare journals exactly)."""
-    return [orjson.dumps(to_dict(entry)) for entry in entries]
+    return [dumps(entry) for entry in entries]
 
 
 async def all_threads(store: ThreadStore, limit: int) -> list[ThreadMetadata]:

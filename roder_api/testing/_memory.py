@@ -15,9 +15,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import orjson
-
-from roder_api.codec import dumps, dumps_each, from_dict
+from roder_api.codec import dumps, dumps_each, from_dict, loads_json
 from roder_api.errors import (
     SequenceConflictError,
     StoppedError,
@@ -78,12 +76,12 @@ class MemoryData:
 
 
 def _decode_metadata(raw: bytes) -> ThreadMetadata:
-    metadata: ThreadMetadata = from_dict(orjson.loads(raw))
+    metadata: ThreadMetadata = from_dict(loads_json(raw))
     return metadata
 
 
 def _decode(rows: Sequence[tuple[int, int, bytes]]) -> list[JournalEvent]:
-    return [JournalEvent(seq, at, from_dict(orjson.loads(raw))) for seq, at, raw in rows]
+    return [JournalEvent(seq, at, from_dict(loads_json(raw))) for seq, at, raw in rows]
 
 
 class MemoryThreadStore(ThreadStore):
