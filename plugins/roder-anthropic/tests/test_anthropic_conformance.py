@@ -1,0 +1,35 @@
+"""The ``anthropic`` engine against the engine conformance kit of ``roder_api.testing``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from anthropic_helpers import engine_on
+from anthropic_loopback import LoopbackServer, Recorded, Reply, json_reply, sse_reply, text_stream
+from test_anthropic_compaction import SUMMARY, compacted_message
+
+from roder_api.inference import InferenceEngine
+from roder_api.testing import InferenceEngineConformance
+
+
+class TestAnthropicConformance(InferenceEngineConformance):
+    """The ``anthropic`` engine, answering from the loopback server."""
+
+    @pytest.fixture
+    async def inference_engine(
+        self, server: LoopbackServer, api_key: str
+    ) -> AsyncIterator[InferenceEngine]:
+        stream = sse_reply(text_stream())
+        compacted = json_reply(compacted_message(SUMMARY))
+
+        def respond(sent: Recorded) -> Reply:
+            # Standalone compactions are not streamed: they get their JSON answer.
+            return compacted if "compaction" in sent.json() else stream
+
+        server.responder = respond
+        engine = engine_on(server, models=["claude-test"])
+        try:
+            yield engine
+        finally:
+            await engine.aclose()

@@ -1,0 +1,51 @@
+"""roder-anthropic built and installed into a fresh environment is found by ``roder plugins``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import venv
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+PLUGIN = Path(__file__).resolve().parent.parent
+REPO = PLUGIN.parent.parent
+
+
+def test_the_plugin_installs_into_a_fresh_environment(tmp_path: Path) -> None:
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    install = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            str(REPO),
+            str(PLUGIN),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert install.returncode == 0, install.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
+    env["RODER_HOME"] = str(tmp_path / "home")
+    listed = subprocess.run(
+        [str(env_dir / "bin" / "roder"), "plugins", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    plugins = {p["name"]: p for p in json.loads(listed.stdout)}
+    assert plugins["anthropic"]["engines"] == ["anthropic"]
+    assert plugins["anthropic"]["version"] == "0.1.0" and plugins["anthropic"]["error"] is None
