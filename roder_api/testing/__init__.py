@@ -21,6 +21,7 @@ from roder_api.testing._scripted import (
     default_compaction,
     default_reply,
     estimate_tokens,
+    tool_call,
 )
 
 if TYPE_CHECKING:
@@ -60,4 +61,5 @@ __all__ = [
     "default_compaction",
     "default_reply",
     "estimate_tokens",
+    "tool_call",
 ]

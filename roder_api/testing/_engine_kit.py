@@ -25,11 +25,15 @@ from roder_api.inference import (
     ReasoningDelta,
     TokenUsage,
     ToolCallCompleted,
+    ToolSpec,
     Usage,
 )
 from roder_api.testing._kit_support import backends
 from roder_api.transcript import (
     ProviderMetadata,
+    ToolCallRecord,
+    ToolResultRecord,
+    TranscriptItem,
     UserMessage,
     is_compaction_boundary,
 )
@@ -48,6 +52,22 @@ class InferenceEngineConformance:
     model: ClassVar[str] = ""
     """The model id to request; empty: the first model ``list_models`` offers, else
     ``default``."""
+
+    tools: ClassVar[tuple[ToolSpec, ...]] = (
+        ToolSpec(
+            "get_time",
+            "Return the current time in a time zone.",
+            {
+                "type": "object",
+                "properties": {"zone": {"type": "string", "description": "an IANA zone"}},
+                "required": ["zone"],
+            },
+        ),
+    )
+    """The tools offered in the tool round trip."""
+
+    tool_prompt: ClassVar[str] = 'call get_time {"zone": "UTC"}'
+    """The user message of the tool round trip: it asks the model to call a tool."""
 
     @pytest.fixture(params=backends())
     def anyio_backend(self, request: pytest.FixtureRequest) -> str:
@@ -146,6 +166,37 @@ class InferenceEngineConformance:
         ]
         assert len(boundaries) == 1, "a native compaction must yield exactly one boundary"
         assert not any(isinstance(e, ToolCallCompleted) for e in events)
+
+    async def test_tool_round_trip(self, inference_engine: InferenceEngine) -> None:
+        """Offered tools and asked to, the engine calls one; given the results, it answers."""
+        engine = inference_engine
+        if not engine.capabilities.tool_calls:
+            pytest.skip(f"engine {engine.id!r} does not call tools")
+        base = await self.make_request(engine, self.tool_prompt)
+        request = AgentInferenceRequest(
+            base.model, base.instructions, base.transcript, self.tools, base.metadata
+        )
+        events = await self._collect(engine.stream_turn(self.context(), request))
+        _check_stream(events, engine)
+        assert isinstance(events[-1], Completed), f"the turn did not complete: {events[-1]!r}"
+        calls = [e for e in events if isinstance(e, ToolCallCompleted)]
+        assert calls, "asked to call a tool, the engine called none"
+        offered = {spec.name for spec in self.tools}
+        assert {c.name for c in calls} <= offered, f"called a tool not offered: {calls!r}"
+        assert len({c.id for c in calls}) == len(calls), "tool call ids must be unique"
+        history: list[TranscriptItem] = list(request.transcript)
+        for event in events:
+            if isinstance(event, ProviderMetadata):
+                history.append(event)
+            elif isinstance(event, ToolCallCompleted):
+                history.append(ToolCallRecord(event.id, event.name, event.arguments))
+        history += [ToolResultRecord(c.id, c.name, f"{c.name} answered: 12:00") for c in calls]
+        follow_up = AgentInferenceRequest(
+            request.model, request.instructions, history, self.tools, request.metadata
+        )
+        second = await self._collect(engine.stream_turn(self.context(), follow_up))
+        _check_stream(second, engine)
+        assert isinstance(second[-1], Completed), f"the follow-up failed: {second[-1]!r}"
 
     async def test_aclose(self, inference_engine: InferenceEngine) -> None:
         """``aclose`` (and ``async with``) release the engine without error."""

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import anyio
+import orjson
 
 from roder_api.inference import (
     AgentInferenceRequest,
@@ -21,6 +23,7 @@ from roder_api.inference import (
     MessageDelta,
     ModelDescriptor,
     TokenUsage,
+    ToolCallCompleted,
     Usage,
 )
 from roder_api.transcript import (
@@ -64,6 +67,16 @@ ScriptFunction: TypeAlias = Callable[[InferenceTurnContext, AgentInferenceReques
 """Return the script of the ``n``-th call (from 0) for a context and request."""
 
 
+def tool_call(name: str, arguments: Any = None, *, id: str | None = None) -> ToolCallCompleted:
+    """Return a script step: the model calls tool ``name`` with ``arguments`` (as JSON).
+
+    ``arguments`` is a mapping (dumped as JSON; None: ``{}``) or JSON text used as is (to
+    script invalid JSON). ``id`` defaults to ``call_<name>``.
+    """
+    text = arguments if isinstance(arguments, str) else orjson.dumps(arguments or {}).decode()
+    return ToolCallCompleted(id or f"call_{name}", name, text)
+
+
 def estimate_tokens(text: str) -> int:
     """Return a rough token count of ``text`` (four characters a token, at least 1)."""
     return max(1, (len(text) + 3) // 4)
@@ -84,6 +97,10 @@ def item_text(item: TranscriptItem) -> str:
 
 class ScriptedEngine(InferenceEngine):
     """A deterministic engine: plays scripts, or answers ``You said: <last user text>``.
+
+    By default it also calls tools: when the request offers tools and the last user message
+    reads ``call NAME`` (optionally followed by JSON arguments, several calls separated by
+    ``;``), it calls them; once their results are in, it answers with what they said.
 
     ``turns`` and ``compactions`` give the steps of successive ``stream_turn`` and
     ``compact_turn`` calls: a list of scripts (the last one repeats when ``repeat_last``)
@@ -204,19 +221,57 @@ def _last_user_text(transcript: Sequence[TranscriptItem]) -> str:
     return ""
 
 
+_CALL = re.compile(r"^\s*call\s+([A-Za-z0-9_-]{1,64})\s*(.*?)\s*$", re.DOTALL)
+
+
+def _requested_calls(request: AgentInferenceRequest) -> list[ToolCallCompleted] | None:
+    """Return the calls ``call NAME ARGS; ...`` asks for, or None when the text asks none."""
+    offered = {spec.name for spec in request.tools}
+    if not offered:
+        return None
+    text = _last_user_text(request.transcript)
+    calls: list[ToolCallCompleted] = []
+    for index, part in enumerate(text.split(";")):
+        match = _CALL.match(part)
+        if match is None or match.group(1) not in offered:
+            return None
+        name, arguments = match.group(1), match.group(2) or "{}"
+        calls.append(ToolCallCompleted(f"call_{index + 1}_{name}", name, arguments))
+    return calls
+
+
+def _results_since_last_user(transcript: Sequence[TranscriptItem]) -> list[ToolResultRecord]:
+    results: list[ToolResultRecord] = []
+    for item in reversed(transcript):
+        if isinstance(item, UserMessage):
+            break
+        if isinstance(item, ToolResultRecord):
+            results.append(item)
+    return results[::-1]
+
+
 def default_reply(request: AgentInferenceRequest, *, delta_delay: float = 0.0) -> list[ScriptStep]:
     """Return the default script: ``You said: <text>`` in word deltas, usage, completed.
 
+    With tools offered and ``call NAME [JSON]`` as the last user text, the script calls the
+    tools instead; after their results it says ``NAME said: RESULT`` for each.
     ``delta_delay`` seconds pass before each word after the first.
     """
-    reply = f"You said: {_last_user_text(request.transcript)}"
+    prompt = sum(estimate_tokens(item_text(i)) for i in request.transcript) or 1
+    calls = _requested_calls(request)
+    results = _results_since_last_user(request.transcript)
+    if calls is not None and not results:
+        return [*calls, Usage(TokenUsage(prompt, 5, prompt + 5)), Completed("tool_calls")]
+    if calls is not None:
+        reply = "; ".join(f"{r.name} said: {r.result}" for r in results)
+    else:
+        reply = f"You said: {_last_user_text(request.transcript)}"
     words = reply.split(" ")
     steps: list[ScriptStep] = []
     for i, word in enumerate(words):
         if i and delta_delay > 0:
             steps.append(Delay(delta_delay))
         steps.append(MessageDelta(word if i == 0 else " " + word))
-    prompt = sum(estimate_tokens(item_text(i)) for i in request.transcript) or 1
     completion = estimate_tokens(reply)
     steps.append(Usage(TokenUsage(prompt, completion, prompt + completion)))
     steps.append(Completed(stop_reason="stop"))

@@ -147,6 +147,7 @@ async def test_tool_call_round_trip(server: LoopbackServer, api_key: str) -> Non
             "name": "get_weather",
             "description": "Weather in a city",
             "parameters": {"type": "object"},
+            "strict": False,
         }
     ]
     replayed = server.requests[1].json()["input"]

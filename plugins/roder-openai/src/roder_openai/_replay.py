@@ -7,7 +7,9 @@ Rules both formats keep:
   first, verbatim and in order; a local summary (``ContextCompaction``) goes first as a
   user message. Then every item after the boundary.
 - A tool call is replayed only with its result, and a result only with its call: the APIs
-  reject either alone (an interrupted turn can leave one behind).
+  reject either alone (an interrupted turn can leave one behind). A Responses
+  ``function_call`` item kept as ``ProviderMetadata`` (its ``id``, ``status``, ...) is
+  replayed exactly, in the place of its ``ToolCallRecord``.
 - ``Reasoning`` items are display text; what the provider needs is the reasoning item it
   returned, kept as ``ProviderMetadata`` (Responses only).
 - A reasoning item must be followed by the item it belongs to (the next tool call or
@@ -44,6 +46,11 @@ SUMMARY_PREFIX = "Summary of the conversation so far:\n\n"
 
 def reasoning_metadata(item: Mapping[str, Any]) -> ProviderMetadata:
     """Return the transcript item that keeps a Responses reasoning item for replay."""
+    return ProviderMetadata({"provider": PROVIDER, "item": dict(item)})
+
+
+def function_call_metadata(item: Mapping[str, Any]) -> ProviderMetadata:
+    """Return the transcript item that keeps a Responses function_call item for replay."""
     return ProviderMetadata({"provider": PROVIDER, "item": dict(item)})
 
 
@@ -114,6 +121,11 @@ def responses_input(transcript: Sequence[TranscriptItem]) -> list[dict[str, Any]
     boundary, items = split_at_boundary(transcript)
     out = boundary_input(boundary)
     paired = paired_tool_ids(items)
+    kept_calls: dict[str, dict[str, Any]] = {}
+    for item in items:
+        kept = kept_item(item)
+        if kept is not None and kept.get("type") == "function_call":
+            kept_calls[str(kept.get("call_id"))] = dict(kept)
     pending: list[dict[str, Any]] = []  # reasoning waiting for the item it belongs to
     dropped_reasoning = False  # the next assistant message lost its reasoning item
 
@@ -124,6 +136,8 @@ def responses_input(transcript: Sequence[TranscriptItem]) -> list[dict[str, Any]
     for item in items:
         kept = kept_item(item)
         if kept is not None:
+            if kept.get("type") == "function_call":
+                continue  # replayed in the place of its ToolCallRecord, with its result
             if kept.get("type") == "reasoning":
                 if replayable_reasoning(kept):
                     pending.append(dict(kept))
@@ -152,7 +166,8 @@ def responses_input(transcript: Sequence[TranscriptItem]) -> list[dict[str, Any]
             pending.clear()
             dropped_reasoning = False
             out.append(
-                {
+                kept_calls.get(item.id)
+                or {
                     "type": "function_call",
                     "call_id": item.id,
                     "name": item.name,

@@ -37,6 +37,7 @@ from roder_openai._http import HttpEngine, redact
 from roder_openai._replay import (
     PROVIDER,
     ends_with_unanswered_call,
+    function_call_metadata,
     reasoning_metadata,
     responses_input,
 )
@@ -68,12 +69,18 @@ def responses_usage(usage: Any) -> TokenUsage | None:
 
 
 def function_tool(tool: ToolSpec) -> dict[str, Any]:
-    """Return a tool as a Responses ``function`` tool."""
+    """Return a tool as a Responses ``function`` tool.
+
+    ``strict`` is off: strict mode (the Responses default) demands that every property be
+    required and no other be allowed, which tools with optional parameters do not meet; the
+    runtime checks arguments against the schema itself.
+    """
     return {
         "type": "function",
         "name": tool.name,
         "description": tool.description,
         "parameters": dict(tool.parameters) or {"type": "object", "properties": {}},
+        "strict": False,
     }
 
 
@@ -191,6 +198,9 @@ class ResponsesStreamState:
             call_id = item.get("call_id") or added.get("call_id") or item_id
             name = item.get("name") or added.get("name") or ""
             self._called = True
+            # The item as the provider sent it, replayed exactly with its result (_replay).
+            kept = {**added, **item, "call_id": call_id, "name": name, "arguments": arguments}
+            events.append(function_call_metadata(kept))
             events.append(ToolCallCompleted(str(call_id), str(name), arguments))
         elif kind == "message" and item_id not in self._streamed_text:
             for part in item.get("content") or ():
