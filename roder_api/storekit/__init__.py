@@ -4,34 +4,45 @@
 pieces every store of this repository is built from, so that a new store need not write
 them again:
 
-- :class:`BlockingThreadStore`: the async facade over a blocking driver;
+- :class:`BlockingThreadStore`: the async facade over a blocking driver, with its own
+  worker-thread limiter;
 - :class:`GroupCommit`: concurrent commits share one blocking write-and-sync;
 - :class:`FileLeases`: thread leases as OS file locks (released when the holder dies);
-- the metadata fold, the "replay starts here" rule, the listing-cursor helpers and the
-  argument checks shared by every store (the conditional append's :func:`check_expected`).
+- the fold of a journal into metadata (:func:`fold_metadata`), the one rule for where
+  replay starts (:func:`replay_start`, :func:`last_boundary_sequence`), listing cursors
+  and pages, and the argument checks every store shares (:func:`check_expected` for the
+  conditional append).
 
 See ``docs/writing-a-thread-store.md``.
 """
 
 from __future__ import annotations
 
-from roder_api.storekit._file_leases import FileLeases
-from roder_api.storekit._group_commit import GroupCommit
-from roder_api.threads import (
-    UNSET,
-    BlockingThreadStore,
+from roder_api.storekit._blocking import BlockingThreadStore
+from roder_api.storekit._checks import (
     check_consecutive,
+    check_continues,
     check_expected,
-    decode_cursor,
-    encode_cursor,
-    fold_metadata,
-    last_boundary_sequence,
-    listing_key,
     metadata_changes,
-    replay_start,
-    turns_from_events,
     validate_expected,
 )
+from roder_api.storekit._cursors import (
+    decode_cursor,
+    encode_cursor,
+    event_page,
+    listing_key,
+    thread_page,
+)
+from roder_api.storekit._file_leases import FileLeases
+from roder_api.storekit._fold import (
+    fold_metadata,
+    last_boundary_sequence,
+    replay_after,
+    replay_start,
+    turns_from_events,
+)
+from roder_api.storekit._group_commit import GroupCommit
+from roder_api.threads import UNSET
 
 __all__ = [
     "BlockingThreadStore",
@@ -39,14 +50,18 @@ __all__ = [
     "GroupCommit",
     "UNSET",
     "check_consecutive",
+    "check_continues",
     "check_expected",
     "decode_cursor",
     "encode_cursor",
+    "event_page",
     "fold_metadata",
     "last_boundary_sequence",
     "listing_key",
     "metadata_changes",
+    "replay_after",
     "replay_start",
+    "thread_page",
     "turns_from_events",
     "validate_expected",
 ]

@@ -25,15 +25,7 @@ from roder_api.errors import (
 )
 from roder_api.events import Event, JournalEvent
 from roder_api.inference import TokenUsage
-from roder_api.threads import (
-    UNSET,
-    EventPage,
-    LeaseHolder,
-    ThreadLease,
-    ThreadMetadata,
-    ThreadPage,
-    ThreadStore,
-    ThreadStoreFactory,
+from roder_api.storekit import (
     check_consecutive,
     check_expected,
     decode_cursor,
@@ -43,6 +35,16 @@ from roder_api.threads import (
     listing_key,
     metadata_changes,
     validate_expected,
+)
+from roder_api.threads import (
+    UNSET,
+    EventPage,
+    LeaseHolder,
+    ThreadLease,
+    ThreadMetadata,
+    ThreadPage,
+    ThreadStore,
+    ThreadStoreFactory,
     validate_thread_id,
 )
 

@@ -20,19 +20,14 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from roder_api.codec import dumps, from_dict, loads_json
 from roder_api.errors import (
     SequenceConflictError,
-    StoppedError,
     StoreError,
     ThreadExistsError,
     ThreadNotFoundError,
 )
 from roder_api.events import Event, JournalEvent
 from roder_api.inference import TokenUsage
-from roder_api.threads import (
+from roder_api.storekit import (
     BlockingThreadStore,
-    EventPage,
-    ThreadMetadata,
-    ThreadPage,
-    ThreadStoreFactory,
     check_expected,
     decode_cursor,
     encode_cursor,
@@ -40,6 +35,7 @@ from roder_api.threads import (
     last_boundary_sequence,
     listing_key,
 )
+from roder_api.threads import EventPage, ThreadMetadata, ThreadPage, ThreadStoreFactory
 
 T = TypeVar("T")
 
@@ -130,19 +126,18 @@ class PostgresThreadStore(BlockingThreadStore):
         self._pool = pool
         self.schema = schema
         self._description = description
-        self._closed = False
         self._pending_lock = threading.Lock()
         self._pending: dict[str, list[_Append]] = {}
         # Striped: a lock per thread id would grow without bound.
         self._append_locks = tuple(threading.Lock() for _ in range(64))
 
-    async def _run(self, func: Callable[..., T], *args: Any) -> T:
-        if self._closed:
-            raise StoppedError("the PostgreSQL thread store is closed; open a new one")
-        try:
-            return await anyio.to_thread.run_sync(func, *args)
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise StoreError(f"PostgreSQL thread store ({self._description}): {exc}") from exc
+    store_name = "PostgreSQL thread store"
+
+    def translate_error(self, exc: Exception) -> Exception | None:
+        """Return a ``StoreError`` for a driver or pool error."""
+        if isinstance(exc, (psycopg.Error, PoolTimeout)):
+            return StoreError(f"PostgreSQL thread store ({self._description}): {exc}")
+        return None
 
     def _write(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Run ``work`` in a transaction, again from the start after a transient conflict.
@@ -220,7 +215,7 @@ class PostgresThreadStore(BlockingThreadStore):
 
     # --- blocking work --------------------------------------------------------------------
 
-    def _create_sync(self, metadata: ThreadMetadata) -> ThreadMetadata:
+    def create_sync(self, metadata: ThreadMetadata) -> ThreadMetadata:
         stored = replace(metadata, usage=TokenUsage(), item_count=0, last_sequence=0)
 
         def work(conn: psycopg.Connection[Any]) -> None:
@@ -236,7 +231,7 @@ class PostgresThreadStore(BlockingThreadStore):
         self._write(work)
         return stored
 
-    def _append_sync(
+    def append_sync(
         self,
         thread_id: str,
         events: Sequence[Event],
@@ -297,7 +292,7 @@ class PostgresThreadStore(BlockingThreadStore):
             for request in group:
                 request.done = True
 
-    def _import_sync(
+    def import_sync(
         self, thread_id: str, entries: Sequence[JournalEvent], encoded: Sequence[bytes]
     ) -> None:
         payloads = [payload.decode() for payload in encoded]
@@ -310,7 +305,7 @@ class PostgresThreadStore(BlockingThreadStore):
 
         self._write(work)
 
-    def _update_sync(self, thread_id: str, changes: dict[str, Any]) -> ThreadMetadata:
+    def update_sync(self, thread_id: str, changes: dict[str, Any]) -> ThreadMetadata:
         def work(conn: psycopg.Connection[Any]) -> ThreadMetadata:
             _, boundary, raw = self._row(conn, thread_id, lock=True)
             metadata = _metadata(raw)
@@ -321,7 +316,7 @@ class PostgresThreadStore(BlockingThreadStore):
 
         return self._write(work)
 
-    def _delete_sync(self, thread_id: str) -> None:
+    def delete_sync(self, thread_id: str) -> None:
         def work(conn: psycopg.Connection[Any]) -> None:
             deleted = conn.execute(
                 "DELETE FROM roder_threads WHERE thread_id = %s RETURNING thread_id", (thread_id,)
@@ -332,11 +327,11 @@ class PostgresThreadStore(BlockingThreadStore):
 
         self._write(work)
 
-    def _get_sync(self, thread_id: str) -> ThreadMetadata:
+    def get_sync(self, thread_id: str) -> ThreadMetadata:
         with self._pool.connection() as conn:
             return _metadata(self._row(conn, thread_id, lock=False)[2])
 
-    def _read_sync(
+    def read_sync(
         self, thread_id: str, after: int, limit: int | None, replay: bool
     ) -> list[JournalEvent]:
         # REPEATABLE READ: the thread row and its events come from one snapshot.
@@ -356,7 +351,7 @@ class PostgresThreadStore(BlockingThreadStore):
                 conn.isolation_level = None
         return [JournalEvent(seq, t, from_dict(loads_json(raw))) for seq, t, raw in rows]
 
-    def _page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
+    def page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
         with self._pool.connection() as conn:
             conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             try:
@@ -377,7 +372,7 @@ class PostgresThreadStore(BlockingThreadStore):
         first = events[0].sequence if events else before
         return EventPage(events, first if first > 1 else None)
 
-    def _size_sync(self, thread_id: str) -> int:
+    def size_sync(self, thread_id: str) -> int:
         with self._pool.connection() as conn:
             _, _, raw = self._row(conn, thread_id, lock=False)
             row = conn.execute(
@@ -387,7 +382,7 @@ class PostgresThreadStore(BlockingThreadStore):
             ).fetchone()
         return len(raw.encode()) + (int(row[0]) if row is not None else 0)
 
-    def _list_sync(self, cursor: str | None, limit: int) -> ThreadPage:
+    def list_sync(self, cursor: str | None, limit: int) -> ThreadPage:
         with self._pool.connection() as conn:
             if cursor:
                 updated, after_id = decode_cursor(cursor)
@@ -408,11 +403,9 @@ class PostgresThreadStore(BlockingThreadStore):
         more = len(threads) > limit
         return ThreadPage(tuple(page), encode_cursor(*listing_key(page[-1])) if more else None)
 
-    async def aclose(self) -> None:
+    def close_sync(self) -> None:
         """Close the connection pool (waiting for the calls in progress)."""
-        if not self._closed:
-            self._closed = True
-            await anyio.to_thread.run_sync(self._pool.close)
+        self._pool.close()
 
 
 def migrate_schema(conn: psycopg.Connection[Any], schema: str) -> int:

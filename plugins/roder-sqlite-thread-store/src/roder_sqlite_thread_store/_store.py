@@ -24,12 +24,8 @@ from roder_api.errors import (
 )
 from roder_api.events import Event, JournalEvent
 from roder_api.inference import TokenUsage
-from roder_api.threads import (
+from roder_api.storekit import (
     BlockingThreadStore,
-    EventPage,
-    ThreadMetadata,
-    ThreadPage,
-    ThreadStoreFactory,
     check_expected,
     decode_cursor,
     encode_cursor,
@@ -37,6 +33,7 @@ from roder_api.threads import (
     last_boundary_sequence,
     listing_key,
 )
+from roder_api.threads import EventPage, ThreadMetadata, ThreadPage, ThreadStoreFactory
 
 T = TypeVar("T")
 
@@ -129,7 +126,6 @@ class SqliteThreadStore(BlockingThreadStore):
         self._pool_lock = threading.Lock()
         self._readers: list[sqlite3.Connection] = []
         self._writer: sqlite3.Connection | None = None
-        self._closed = False
 
     # --- connections ----------------------------------------------------------------------
 
@@ -155,7 +151,7 @@ class SqliteThreadStore(BlockingThreadStore):
     @contextmanager
     def _reader(self) -> Iterator[sqlite3.Connection]:
         with self._pool_lock:
-            if self._closed:
+            if self.closed:
                 raise StoppedError("the SQLite thread store is closed; open a new one")
             conn = self._readers.pop() if self._readers else None
         if conn is None:
@@ -168,7 +164,7 @@ class SqliteThreadStore(BlockingThreadStore):
                 conn.execute("COMMIT")
         finally:
             with self._pool_lock:
-                if self._closed:
+                if self.closed:
                     conn.close()
                 else:
                     self._readers.append(conn)
@@ -195,7 +191,7 @@ class SqliteThreadStore(BlockingThreadStore):
     def _commit_group(self, group: list[_WriteRequest[Any]]) -> None:
         """Run and commit a group of queued writes (call with the write lock held)."""
         try:
-            if self._closed:
+            if self.closed:
                 raise StoppedError("the SQLite thread store is closed; open a new one")
             if self._writer is None:
                 self._writer = self._connect()
@@ -225,13 +221,13 @@ class SqliteThreadStore(BlockingThreadStore):
             for request in group:
                 request.done = True
 
-    async def _run(self, func: Callable[..., T], *args: Any) -> T:
-        if self._closed:
-            raise StoppedError("the SQLite thread store is closed; open a new one")
-        try:
-            return await anyio.to_thread.run_sync(func, *args)
-        except sqlite3.Error as exc:
-            raise StoreError(f"SQLite thread store {self.path}: {exc}") from exc
+    store_name = "SQLite thread store"
+
+    def translate_error(self, exc: Exception) -> Exception | None:
+        """Return a ``StoreError`` for a ``sqlite3.Error``."""
+        if isinstance(exc, sqlite3.Error):
+            return StoreError(f"SQLite thread store {self.path}: {exc}")
+        return None
 
     # --- blocking work --------------------------------------------------------------------
 
@@ -282,7 +278,7 @@ class SqliteThreadStore(BlockingThreadStore):
         folded = fold_metadata(metadata, entries)
         self._store_metadata(conn, folded, last_boundary_sequence(entries, previous_boundary))
 
-    def _create_sync(self, metadata: ThreadMetadata) -> ThreadMetadata:
+    def create_sync(self, metadata: ThreadMetadata) -> ThreadMetadata:
         stored = replace(metadata, usage=TokenUsage(), item_count=0, last_sequence=0)
 
         def work(conn: sqlite3.Connection) -> ThreadMetadata:
@@ -298,7 +294,7 @@ class SqliteThreadStore(BlockingThreadStore):
 
         return self._write(work)
 
-    def _append_sync(
+    def append_sync(
         self,
         thread_id: str,
         events: Sequence[Event],
@@ -317,7 +313,7 @@ class SqliteThreadStore(BlockingThreadStore):
 
         return self._write(work)
 
-    def _import_sync(
+    def import_sync(
         self, thread_id: str, entries: Sequence[JournalEvent], payloads: Sequence[bytes]
     ) -> None:
 
@@ -329,7 +325,7 @@ class SqliteThreadStore(BlockingThreadStore):
 
         self._write(work)
 
-    def _update_sync(self, thread_id: str, changes: dict[str, Any]) -> ThreadMetadata:
+    def update_sync(self, thread_id: str, changes: dict[str, Any]) -> ThreadMetadata:
 
         def work(conn: sqlite3.Connection) -> ThreadMetadata:
             _, boundary, raw = self._row(conn, thread_id)
@@ -341,7 +337,7 @@ class SqliteThreadStore(BlockingThreadStore):
 
         return self._write(work)
 
-    def _delete_sync(self, thread_id: str) -> None:
+    def delete_sync(self, thread_id: str) -> None:
 
         def work(conn: sqlite3.Connection) -> None:
             deleted = conn.execute(
@@ -353,12 +349,12 @@ class SqliteThreadStore(BlockingThreadStore):
 
         self._write(work)
 
-    def _get_sync(self, thread_id: str) -> ThreadMetadata:
+    def get_sync(self, thread_id: str) -> ThreadMetadata:
         with self._reader() as conn:
             metadata: ThreadMetadata = from_dict(loads_json(self._row(conn, thread_id)[2]))
             return metadata
 
-    def _read_sync(
+    def read_sync(
         self, thread_id: str, after: int, limit: int | None, replay: bool
     ) -> list[JournalEvent]:
         with self._reader() as conn:
@@ -372,7 +368,7 @@ class SqliteThreadStore(BlockingThreadStore):
             ).fetchall()
         return [JournalEvent(seq, t, from_dict(loads_json(raw))) for seq, t, raw in rows]
 
-    def _page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
+    def page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
         with self._reader() as conn:
             last, _, _ = self._row(conn, thread_id)
             if before is None:
@@ -388,7 +384,7 @@ class SqliteThreadStore(BlockingThreadStore):
         first = events[0].sequence if events else before
         return EventPage(events, first if first > 1 else None)
 
-    def _list_sync(self, cursor: str | None, limit: int) -> ThreadPage:
+    def list_sync(self, cursor: str | None, limit: int) -> ThreadPage:
         with self._reader() as conn:
             if cursor:
                 updated, after_id = decode_cursor(cursor)
@@ -408,7 +404,7 @@ class SqliteThreadStore(BlockingThreadStore):
         more = len(threads) > limit
         return ThreadPage(tuple(page), encode_cursor(*listing_key(page[-1])) if more else None)
 
-    def _size_sync(self, thread_id: str) -> int:
+    def size_sync(self, thread_id: str) -> int:
         with self._reader() as conn:
             _, _, raw = self._row(conn, thread_id)
             row = conn.execute(
@@ -417,20 +413,15 @@ class SqliteThreadStore(BlockingThreadStore):
             ).fetchone()
         return len(raw) + int(row[0])
 
-    def _close_sync(self) -> None:
+    def close_sync(self) -> None:
+        """Close the connections once the writes in progress are done."""
         with self._write_lock, self._pool_lock:
-            self._closed = True
             for conn in self._readers:
                 conn.close()
             self._readers.clear()
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
-
-    async def aclose(self) -> None:
-        """Close the connections once the writes in progress are done."""
-        if not self._closed:
-            await anyio.to_thread.run_sync(self._close_sync)
 
 
 def _migrate(conn: sqlite3.Connection, path: Path) -> None:

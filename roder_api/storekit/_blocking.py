@@ -1,0 +1,296 @@
+"""``BlockingThreadStore``: the async facade of a store whose work is blocking code.
+
+A subclass writes the blocking methods (``create_sync``, ``append_sync``, ...): plain
+functions that talk to a database driver or to files. The facade validates ids and
+arguments on the event loop, serialises events before any blocking work starts, and runs
+the blocking methods in worker threads drawn from the store's own
+:class:`anyio.CapacityLimiter` (:attr:`BlockingThreadStore.limiter`), so a busy store never
+takes every thread of anyio's default pool from the rest of the program.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from roder_api.errors import StoppedError
+from roder_api.events import Event, JournalEvent
+from roder_api.storekit._checks import (
+    check_consecutive,
+    check_expected,
+    metadata_changes,
+    validate_expected,
+)
+from roder_api.threads import (
+    UNSET,
+    EventPage,
+    ThreadMetadata,
+    ThreadPage,
+    ThreadStore,
+    validate_thread_id,
+)
+
+T = TypeVar("T")
+
+
+class BlockingThreadStore(ThreadStore):
+    """A thread store whose work is blocking code (a database driver, file I/O).
+
+    Subclasses implement the blocking methods below (``*_sync``; each runs in a worker
+    thread and may block) and may override the hooks :meth:`translate_error`,
+    :meth:`submit_append` and :meth:`close_sync`. Everything else — id and argument
+    checks, serialising events (``roder_api.codec.dumps_each``) before any blocking work,
+    :class:`StoppedError` once closed, the worker threads — is done here, for every
+    ``ThreadStore`` method. The SQLite and PostgreSQL stores are built this way.
+
+    ``max_threads`` bounds the worker threads the store uses at once (its own
+    :attr:`limiter`). ``store_name`` names the store in messages.
+    """
+
+    max_threads: ClassVar[int] = 8
+    """How many worker threads one store object uses at most."""
+
+    store_name: ClassVar[str] = "thread store"
+    """How messages name the store (``"the SQLite thread store is closed"``)."""
+
+    closed: bool = False
+    """True once :meth:`aclose` was called; every method then raises ``StoppedError``."""
+
+    _limiter: anyio.CapacityLimiter | None = None
+
+    # --- hooks ----------------------------------------------------------------------------
+
+    @property
+    def limiter(self) -> anyio.CapacityLimiter:
+        """Return the store's own capacity limiter (``max_threads`` worker threads).
+
+        Created on first use, in the event loop the store is used from.
+        """
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self.max_threads)
+        return self._limiter
+
+    def translate_error(self, exc: Exception) -> Exception | None:
+        """Return the ``StoreError`` to raise for a driver error, or None to let it through.
+
+        Called with every exception a blocking method raises that is not a ``RoderError``
+        (for example ``sqlite3.Error``); the default lets everything through.
+        """
+        return None
+
+    def check_open(self) -> None:
+        """Raise ``StoppedError`` once the store is closed."""
+        if self.closed:
+            raise StoppedError(f"the {self.store_name} is closed; open a new one")
+
+    async def run_sync(self, func: Callable[..., T], *args: Any) -> T:
+        """Return ``func(*args)`` run in a worker thread on :attr:`limiter`.
+
+        Raise ``StoppedError`` once closed; driver errors go through :meth:`translate_error`.
+        """
+        self.check_open()
+        try:
+            return await anyio.to_thread.run_sync(func, *args, limiter=self.limiter)
+        except Exception as exc:
+            translated = self.translate_error(exc)
+            if translated is None:
+                raise
+            raise translated from exc
+
+    async def submit_append(
+        self,
+        thread_id: str,
+        events: list[Event],
+        payloads: list[bytes],
+        expected_last_sequence: int | None,
+    ) -> list[JournalEvent]:
+        """Commit one checked, serialised batch; the default runs :meth:`append_sync`.
+
+        Override it to group concurrent appends into one commit
+        (``roder_api.storekit.GroupCommit``).
+        """
+        return await self.run_sync(
+            self.append_sync, thread_id, events, payloads, expected_last_sequence
+        )
+
+    def close_sync(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Release the store's connections or files (runs once, in a worker thread)."""
+
+    # --- the blocking methods -------------------------------------------------------------
+
+    @abstractmethod
+    def create_sync(self, metadata: ThreadMetadata) -> ThreadMetadata:
+        """Create the thread (``ThreadExistsError`` when taken); return what is stored.
+
+        Store title, extra and times; usage, counts and ``last_sequence`` start at zero.
+        """
+
+    @abstractmethod
+    def get_sync(self, thread_id: str) -> ThreadMetadata:
+        """Return the thread's metadata (``ThreadNotFoundError`` when absent)."""
+
+    @abstractmethod
+    def update_sync(self, thread_id: str, changes: dict[str, Any]) -> ThreadMetadata:
+        """Apply :func:`metadata_changes` output (never empty); return the new metadata."""
+
+    @abstractmethod
+    def append_sync(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        payloads: Sequence[bytes],
+        expected_last_sequence: int | None,
+    ) -> list[JournalEvent]:
+        """Append one atomic, durable batch (``payloads``: each event's JSON bytes).
+
+        In the same transaction as the write, call :func:`check_expected` with the
+        thread's last sequence (a conditional append when ``expected_last_sequence`` is set).
+        """
+
+    @abstractmethod
+    def import_sync(
+        self, thread_id: str, entries: Sequence[JournalEvent], payloads: Sequence[bytes]
+    ) -> None:
+        """Append journal events verbatim; ``SequenceConflictError`` unless they continue.
+
+        ``entries`` are consecutive (checked already); :func:`check_continues` checks the
+        first against the thread's last sequence.
+        """
+
+    @abstractmethod
+    def read_sync(
+        self, thread_id: str, after: int, limit: int | None, replay: bool
+    ) -> list[JournalEvent]:
+        """Return events above ``after`` (from the last boundary on when ``replay``)."""
+
+    @abstractmethod
+    def page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
+        """Return the :meth:`ThreadStore.event_page` answer (``limit`` is at least 1)."""
+
+    @abstractmethod
+    def list_sync(self, cursor: str | None, limit: int) -> ThreadPage:
+        """Return the :meth:`ThreadStore.list_threads` answer (``limit`` is at least 1)."""
+
+    @abstractmethod
+    def delete_sync(self, thread_id: str) -> None:
+        """Delete the thread (``ThreadNotFoundError`` when absent)."""
+
+    def size_sync(self, thread_id: str) -> int | None:
+        """Return the bytes the thread takes, or None when unknown (the default)."""
+        self.get_sync(thread_id)
+        return None
+
+    # --- the ThreadStore methods ----------------------------------------------------------
+
+    async def create_thread(self, metadata: ThreadMetadata) -> ThreadMetadata:
+        """Create a thread; raise ``ThreadExistsError`` when the id is taken."""
+        validate_thread_id(metadata.thread_id)
+        return await self.run_sync(self.create_sync, metadata)
+
+    async def get_thread(self, thread_id: str) -> ThreadMetadata:
+        """Return a thread's metadata."""
+        validate_thread_id(thread_id)
+        return await self.run_sync(self.get_sync, thread_id)
+
+    async def update_thread(
+        self,
+        thread_id: str,
+        *,
+        title: str | None = UNSET,
+        extra: Mapping[str, Any] = UNSET,
+    ) -> ThreadMetadata:
+        """Change a thread's title and/or extra metadata."""
+        from roder_api.codec import check_value  # the codec imports roder_api.threads
+
+        validate_thread_id(thread_id)
+        changes = metadata_changes(title, extra)
+        if not changes:
+            return await self.get_thread(thread_id)
+        check_value(changes, what="the thread's new metadata")
+        return await self.run_sync(self.update_sync, thread_id, changes)
+
+    async def append_events(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        *,
+        expected_last_sequence: int | None = None,
+    ) -> list[JournalEvent]:
+        """Append ``events`` as one atomic, durable batch (conditionally, when expected)."""
+        from roder_api.codec import dumps_each  # the codec imports roder_api.threads
+
+        validate_thread_id(thread_id)
+        expected = validate_expected(expected_last_sequence)
+        if not events:
+            if expected is not None:
+                check_expected(
+                    thread_id, expected, (await self.get_thread(thread_id)).last_sequence
+                )
+            return []
+        payloads = dumps_each(events)
+        self.check_open()
+        return await self.submit_append(thread_id, list(events), payloads, expected)
+
+    async def import_events(self, thread_id: str, entries: Sequence[JournalEvent]) -> None:
+        """Append journal events verbatim, atomically."""
+        from roder_api.codec import dumps_each  # the codec imports roder_api.threads
+
+        validate_thread_id(thread_id)
+        if not entries:
+            await self.get_thread(thread_id)
+            return
+        check_consecutive(thread_id, entries)
+        payloads = dumps_each([entry.event for entry in entries])
+        await self.run_sync(self.import_sync, thread_id, list(entries), payloads)
+
+    async def read_events(
+        self, thread_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[JournalEvent]:
+        """Return the events with sequence above ``after``, in order."""
+        validate_thread_id(thread_id)
+        return await self.run_sync(self.read_sync, thread_id, after, limit, False)
+
+    async def event_page(
+        self, thread_id: str, *, before: int | None = None, limit: int = 50
+    ) -> EventPage:
+        """Return up to ``limit`` events below ``before`` (newest when None), ascending."""
+        validate_thread_id(thread_id)
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        return await self.run_sync(self.page_sync, thread_id, before, limit)
+
+    async def replay_events(self, thread_id: str) -> list[JournalEvent]:
+        """Return the events from the last compaction boundary on."""
+        validate_thread_id(thread_id)
+        return await self.run_sync(self.read_sync, thread_id, 0, None, True)
+
+    async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> ThreadPage:
+        """Return a page of threads, newest update first."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        return await self.run_sync(self.list_sync, cursor, limit)
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread and its journal."""
+        validate_thread_id(thread_id)
+        await self.run_sync(self.delete_sync, thread_id)
+
+    async def thread_size_bytes(self, thread_id: str) -> int | None:
+        """Return the bytes the thread takes in the store, or None when unknown."""
+        validate_thread_id(thread_id)
+        return await self.run_sync(self.size_sync, thread_id)
+
+    async def aclose(self) -> None:
+        """Close the store: later calls raise ``StoppedError``; then run :meth:`close_sync`."""
+        if self.closed:
+            return
+        self.closed = True
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self.close_sync, limiter=self.limiter)
+
+
+__all__ = ["BlockingThreadStore"]

@@ -1,0 +1,100 @@
+"""The fold of a journal into metadata and turns, and the one rule for where replay starts.
+
+Replay starts at the last boundary event (``roder_api.events.is_boundary_event``): a
+compaction boundary, local or native. :func:`replay_start` finds it in a list of events;
+stores that remember it advance a *boundary sequence* with :func:`last_boundary_sequence`
+on every append and read from :func:`replay_after` on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from roder_api.events import ItemCompleted, JournalEvent, UsageUpdated, is_boundary_event
+from roder_api.threads import ThreadMetadata, Turn
+from roder_api.transcript import TranscriptItem
+
+
+def fold_metadata(metadata: ThreadMetadata, entries: Iterable[JournalEvent]) -> ThreadMetadata:
+    """Return ``metadata`` advanced over journal ``entries`` (usage, counts, times)."""
+    usage = metadata.usage
+    item_count = metadata.item_count
+    last_sequence = metadata.last_sequence
+    updated = metadata.updated_at_ms
+    changed = False
+    for entry in entries:
+        changed = True
+        event = entry.event
+        if isinstance(event, UsageUpdated):
+            usage = usage + event.usage
+        elif isinstance(event, ItemCompleted):
+            item_count += 1
+        last_sequence = entry.sequence
+        if entry.recorded_at_ms > updated:
+            updated = entry.recorded_at_ms
+    if not changed:
+        return metadata
+    return replace(
+        metadata,
+        usage=usage,
+        item_count=item_count,
+        last_sequence=last_sequence,
+        updated_at_ms=updated,
+    )
+
+
+def turns_from_events(entries: Iterable[JournalEvent]) -> tuple[Turn, ...]:
+    """Return the transcript items of ``entries`` grouped into turns, in journal order."""
+    turns: list[Turn] = []
+    current_id: str | None = None
+    current: list[TranscriptItem] = []
+    for entry in entries:
+        event = entry.event
+        if not isinstance(event, ItemCompleted):
+            continue
+        if event.turn_id != current_id:
+            if current_id is not None:
+                turns.append(Turn(current_id, tuple(current)))
+            current_id, current = event.turn_id, []
+        current.append(event.item)
+    if current_id is not None:
+        turns.append(Turn(current_id, tuple(current)))
+    return tuple(turns)
+
+
+def replay_start(entries: Sequence[JournalEvent]) -> int:
+    """Return the index in ``entries`` of the last boundary event (0 when there is none)."""
+    for index in range(len(entries) - 1, -1, -1):
+        if is_boundary_event(entries[index].event):
+            return index
+    return 0
+
+
+def last_boundary_sequence(entries: Sequence[JournalEvent], previous: int) -> int:
+    """Return the sequence of the last boundary event in ``entries``, else ``previous``.
+
+    Stores that remember where replay starts advance it with this on every append
+    (0: the thread has no boundary).
+    """
+    for entry in reversed(entries):
+        if is_boundary_event(entry.event):
+            return entry.sequence
+    return previous
+
+
+def replay_after(boundary_sequence: int) -> int:
+    """Return the ``after`` of the read that replays a thread whose last boundary is given.
+
+    Replay includes the boundary itself; ``boundary_sequence`` 0 (none) replays everything.
+    """
+    return max(0, boundary_sequence - 1)
+
+
+__all__ = [
+    "fold_metadata",
+    "last_boundary_sequence",
+    "replay_after",
+    "replay_start",
+    "turns_from_events",
+]
