@@ -22,6 +22,7 @@ This module needs pytest; importing :mod:`roder_api.testing` does not.
 
 from __future__ import annotations
 
+from roder_api.testing._conformance_values import ThreadStoreValueConformance
 from roder_api.testing._engine_kit import InferenceEngineConformance
 from roder_api.testing._kit_support import (
     BAD_THREAD_IDS,
@@ -38,7 +39,9 @@ from roder_api.testing._store_checks_journal import JournalChecks
 from roder_api.testing._store_checks_threads import ThreadChecks
 
 
-class ThreadStoreConformance(JournalChecks, ThreadChecks, ConditionalAppendChecks):
+class ThreadStoreConformance(
+    JournalChecks, ThreadChecks, ConditionalAppendChecks, ThreadStoreValueConformance
+):
     """The thread-store conformance kit: subclass it and override ``thread_store_factory``.
 
     The factory fixture must return a :class:`~roder_api.threads.ThreadStoreFactory` whose
