@@ -3,22 +3,29 @@
 Each thread is created at the target with the source's metadata and its journal is copied
 with ``import_events`` in chunks: same events, same sequence numbers, same times. A thread
 already complete at the target is skipped; one copied in part goes on from its last
-sequence, so an interrupted migration is simply run again. Every thread is then verified:
-its event count, its metadata and a SHA-256 of its journal must match on both sides.
+sequence, so an interrupted migration is simply run again. A title or ``extra`` changed at
+the source since an earlier run is updated at the target (and reported), so re-runs
+converge. Every thread is then verified: its event count, its metadata and a SHA-256 of its
+journal must match on both sides.
+
+The source is only read. A source that does not exist is an error (exit 1) and nothing is
+created anywhere: not the source (a mistyped path would otherwise become an empty store)
+and not the target.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
+import anyio
 
-from roder_api.codec import to_dict
+from roder_api.codec import dumps, to_dict
 from roder_api.errors import StoreError, ThreadNotFoundError, UnknownThreadStoreError
 from roder_api.extension import ExtensionRegistryBuilder
 from roder_api.threads import ThreadMetadata, ThreadStore, ThreadStoreFactory
@@ -40,13 +47,17 @@ DEFAULT_CHUNK = 1000
 
 _COMPARED_FIELDS = (
     "created_at_ms",
-    "updated_at_ms",
     "title",
     "extra",
     "usage",
     "item_count",
     "last_sequence",
 )
+# ``updated_at_ms`` is compared apart: a metadata update at the target happens later than
+# the source's, so the target's may be newer, never older.
+
+_UPDATABLE_FIELDS = ("title", "extra")
+"""The metadata a re-run brings up to date at the target."""
 
 
 def register(subparsers: Any) -> None:
@@ -131,16 +142,46 @@ def build_factory(store_id: str, settings: Mapping[str, Any]) -> ThreadStoreFact
         raise CommandError(f"{exc}{hint}") from None
 
 
+def source_location(factory: ThreadStoreFactory, settings: Mapping[str, Any]) -> str | None:
+    """Return the file or directory a file-based store keeps its threads in, else None.
+
+    The ``path`` setting when given; otherwise the factory's own ``path`` / ``base_path``
+    (its default location). Stores in a server (PostgreSQL) have none.
+    """
+    location = settings.get("path")
+    if location is None:
+        for name in ("path", "base_path"):
+            value = getattr(factory, name, None)
+            if isinstance(value, (str, os.PathLike)):
+                location = value
+                break
+    return None if location is None else os.path.expanduser(os.fspath(location))
+
+
+async def require_existing_source(factory: ThreadStoreFactory, settings: Mapping[str, Any]) -> None:
+    """Raise ``CommandError`` (exit 1) when the source store's file or directory is missing."""
+    location = source_location(factory, settings)
+    if location is None:
+        return
+    if not await anyio.Path(location).exists():
+        raise CommandError(
+            f"the source store does not exist: {location} ({factory.describe()}); check --from "
+            "(nothing was created or copied)",
+            EXIT_FAILURE,
+        )
+
+
 @dataclass
 class ThreadResult:
     """What ``roder migrate`` did to one thread."""
 
     thread_id: str
-    status: str  # copied, resumed, skipped or failed
+    status: str  # copied, resumed, updated, skipped or failed
     events: int = 0
     events_copied: int = 0
     checksum: str | None = None
     error: str | None = None
+    updated_fields: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """Return the result as JSON data."""
@@ -151,6 +192,7 @@ class ThreadResult:
             "events_copied": self.events_copied,
             "checksum": self.checksum,
             "error": self.error,
+            "updated_fields": list(self.updated_fields),
         }
 
 
@@ -174,6 +216,7 @@ class MigrationReport:
             "threads": len(self.results),
             "copied": self.count("copied"),
             "resumed": self.count("resumed"),
+            "updated": sum(1 for r in self.results if r.updated_fields),
             "skipped": self.count("skipped"),
             "failed": self.count("failed"),
             "events_copied": sum(r.events_copied for r in self.results),
@@ -192,7 +235,7 @@ async def _journal_digest(store: ThreadStore, thread_id: str, chunk: int) -> tup
         if not entries:
             return count, digest.hexdigest()
         for entry in entries:
-            digest.update(orjson.dumps(to_dict(entry)))
+            digest.update(dumps(entry))
             digest.update(b"\n")
         count += len(entries)
         after = entries[-1].sequence
@@ -200,7 +243,21 @@ async def _journal_digest(store: ThreadStore, thread_id: str, chunk: int) -> tup
 
 def _metadata_differences(source: ThreadMetadata, target: ThreadMetadata) -> list[str]:
     left, right = to_dict(source), to_dict(target)
-    return [name for name in _COMPARED_FIELDS if left.get(name) != right.get(name)]
+    differences = [name for name in _COMPARED_FIELDS if left.get(name) != right.get(name)]
+    if target.updated_at_ms < source.updated_at_ms:
+        differences.append("updated_at_ms")
+    return differences
+
+
+async def _update_metadata(source: ThreadStore, target: ThreadStore, thread_id: str) -> list[str]:
+    """Bring the target's title and ``extra`` up to the source's; return what changed."""
+    wanted = to_dict(await source.get_thread(thread_id))
+    have = to_dict(await target.get_thread(thread_id))
+    changed = [name for name in _UPDATABLE_FIELDS if wanted.get(name) != have.get(name)]
+    if changed:
+        fields = {name: getattr(await source.get_thread(thread_id), name) for name in changed}
+        await target.update_thread(thread_id, **fields)
+    return changed
 
 
 async def migrate_thread(
@@ -240,11 +297,13 @@ async def migrate_thread(
         await target.import_events(thread_id, entries)
         copied += len(entries)
         after = entries[-1].sequence
+    updated = [] if status == "copied" else await _update_metadata(source, target, thread_id)
     if status == "resumed" and copied == 0:
-        status = "skipped"
+        status = "updated" if updated else "skipped"
     source_count, source_sum = await _journal_digest(source, thread_id, chunk)
     target_count, target_sum = await _journal_digest(target, thread_id, chunk)
     result = ThreadResult(thread_id, status, source_count, copied, source_sum)
+    result.updated_fields = updated
     if (source_count, source_sum) != (target_count, target_sum):
         result.status = "failed"
         result.error = (
@@ -315,6 +374,8 @@ async def migrate_command(args: argparse.Namespace) -> int:
     if (source_id, source_settings) == (target_id, target_settings):
         raise CommandError("--from and --to name the same store", EXIT_USAGE)
     source_factory = build_factory(source_id, source_settings)
+    # Before anything opens a store: opening a missing one would create it.
+    await require_existing_source(source_factory, source_settings)
     target_factory = build_factory(target_id, target_settings)
     report = await migrate(
         source_factory, target_factory, chunk=args.chunk, show_progress=not args.json
@@ -327,12 +388,15 @@ async def migrate_command(args: argparse.Namespace) -> int:
         print(f"from {report.source}\nto   {report.target}")
         print(
             f"{summary['threads']} threads: {summary['copied']} copied, "
-            f"{summary['resumed']} resumed, {summary['skipped']} already complete, "
+            f"{summary['resumed']} resumed, {summary['updated']} metadata updated, "
+            f"{summary['skipped']} already complete, "
             f"{failed} failed; {summary['events_copied']} events copied"
         )
         for result in report.results:
             if result.status == "failed":
                 print(f"FAILED {result.thread_id}: {result.error}")
+            elif result.updated_fields:
+                print(f"updated {result.thread_id}: {', '.join(result.updated_fields)}")
         if not failed:
             print("every thread verified (event count, metadata and checksum)")
     return EXIT_FAILURE if failed else EXIT_OK
