@@ -128,9 +128,11 @@ class ExtensionRegistry:
         return tuple(PluginLoadError(p.name, p.error) for p in self.plugins if p.error)
 
     async def aclose(self) -> None:
-        """Close every registered engine."""
+        """Close every registered engine and tool."""
         for engine in self.engines.values():
             await engine.aclose()
+        for tool in self.tools.values():
+            await tool.aclose()
 
 
 class ExtensionRegistryBuilder:

@@ -110,6 +110,12 @@ class Tool:
         """Return what the engine is told about this tool."""
         return ToolSpec(self.name, self.description, dict(self.parameters))
 
+    async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Release the tool's resources (a server connection, ...); the default does nothing.
+
+        Called by ``ExtensionRegistry.aclose``; it may be called more than once.
+        """
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 

@@ -25,6 +25,7 @@ MODULES = [
     "roder_sqlite_thread_store",
     "roder_postgres_thread_store",
     "roder_openai",
+    "roder_mcp",
 ]
 
 

@@ -1,0 +1,76 @@
+"""Registers the tools of the MCP servers in ``[mcp_servers.NAME]`` tables."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from roder_api import hookimpl
+from roder_api.tools import Tool
+from roder_mcp._connection import McpServerDown, ServerConnection
+from roder_mcp._settings import McpSettingsError, ServerSettings
+from roder_mcp._tools import McpTool
+
+logger = logging.getLogger("roder_mcp")
+
+
+def start_servers(
+    tables: Mapping[str, Mapping[str, Any]],
+) -> tuple[list[McpTool], dict[str, str]]:
+    """Start every configured server at once; return their tools and why others failed.
+
+    A table that is wrong raises ``McpSettingsError`` (nothing is started). A server that
+    does not start is left out, with its reason in the returned mapping (by server name).
+    """
+    settings = [ServerSettings.from_table(name, table) for name, table in tables.items()]
+    connections = [ServerConnection(s) for s in settings]
+    failures: dict[str, str] = {}
+    tools: list[McpTool] = []
+    if not connections:
+        return tools, failures
+    with ThreadPoolExecutor(max_workers=min(8, len(connections))) as pool:
+        started = {c.name: pool.submit(c.start) for c in connections}
+    for connection in connections:
+        try:
+            remote_tools = started[connection.name].result()
+        except McpServerDown as exc:
+            failures[connection.name] = str(exc)
+            continue
+        seen: set[str] = set()
+        for remote in remote_tools:
+            tool = McpTool(connection, remote, connection.settings)
+            if tool.name in seen:
+                logger.warning(
+                    "MCP server %r: tool %r is left out, its name %r is taken by another of "
+                    "its tools",
+                    connection.name,
+                    remote.name,
+                    tool.name,
+                )
+                continue
+            seen.add(tool.name)
+            tools.append(tool)
+    return tools, failures
+
+
+@hookimpl
+def register_tools(
+    register: Callable[[Tool], None],
+    settings: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """Register the tools of every ``[mcp_servers.NAME]`` server, named ``NAME__tool``.
+
+    A server that fails to start is reported (a warning on the ``roder_mcp`` logger) and
+    registers nothing; the other servers' tools still register.
+    """
+    tables = settings.get("mcp_servers") or {}
+    for name, table in tables.items():
+        if not isinstance(table, Mapping):
+            raise McpSettingsError(f"[mcp_servers.{name}] must be a table")
+    tools, failures = start_servers(tables)
+    for reason in failures.values():
+        logger.warning("%s; its tools are not available", reason)
+    for tool in tools:
+        register(tool)
