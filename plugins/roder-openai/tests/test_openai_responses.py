@@ -462,10 +462,12 @@ async def test_no_model_chosen_fails_clearly_before_sending(
     assert "--model" in failure.message and server.requests == []
 
 
-async def test_a_server_that_does_not_stream_is_told_apart(
+async def test_a_json_answer_that_is_not_a_response_is_told_apart(
     server: LoopbackServer, api_key: str
 ) -> None:
+    """A JSON answer is read as the response it stands for; anything else is an error."""
     server.expect("/responses", json_reply("compact_success.json"))
     async with responses_engine(server) as engine:
         _, failure = await collect_failure(engine.stream_turn(CTX, request()))
-    assert failure.kind is ProviderFailureKind.INVALID_REQUEST and "streaming" in failure.message
+    assert failure.kind is ProviderFailureKind.OTHER
+    assert "not a response" in failure.message and "response.compaction" in failure.message

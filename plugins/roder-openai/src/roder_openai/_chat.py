@@ -28,7 +28,13 @@ from roder_api.inference import (
     ToolCallCompleted,
     Usage,
 )
-from roder_openai._http import HttpEngine, redact
+from roder_openai._http import (
+    HttpEngine,
+    check_fits,
+    is_context_length_error,
+    redact,
+    text_characters,
+)
 from roder_openai._replay import chat_messages
 from roder_openai._sse import ServerSentEvent
 
@@ -68,6 +74,7 @@ class ChatStreamState:
         self.finish_reason: str | None = None
         self.usage: TokenUsage | None = None
         self.finished = False
+        self.failure: ProviderFailure | None = None
         self._calls: dict[int, _PartialCall] = {}
 
     def handle(self, sse: ServerSentEvent) -> list[InferenceEvent]:
@@ -85,10 +92,7 @@ class ChatStreamState:
         if not isinstance(chunk, dict):
             return []
         if isinstance(chunk.get("error"), Mapping):
-            error = chunk["error"]
-            self.finished = True
-            message = f"the server reported an error: {error.get('message') or error}"
-            return [Failed(redact(message, self._key))]
+            return self._error(chunk["error"])
         if chunk.get("id") and self.response_id is None:
             self.response_id = str(chunk["id"])
         usage = chat_usage(chunk.get("usage"))
@@ -118,6 +122,55 @@ class ChatStreamState:
             if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
         return events
+
+    def _error(self, error: Mapping[str, Any]) -> list[InferenceEvent]:
+        self.finished = True
+        message = redact(
+            f"the server reported an error: {error.get('message') or error}", self._key
+        )
+        said = (
+            str(error.get("code") or ""),
+            str(error.get("type") or ""),
+            str(error.get("message") or ""),
+        )
+        if is_context_length_error(*said):
+            # Compaction may help: the runtime must see the kind, not a bare Failed.
+            self.failure = ProviderFailure(ProviderFailureKind.CONTEXT_WINDOW_EXCEEDED, message)
+            return []
+        return [Failed(message)]
+
+    def answer(self, data: Any) -> list[InferenceEvent]:
+        """Return the events of a whole ``chat.completion`` sent instead of a stream."""
+        completion = data if isinstance(data, Mapping) else {}
+        if isinstance(completion.get("error"), Mapping):
+            return self._error(completion["error"])
+        if completion.get("id"):
+            self.response_id = str(completion["id"])
+        usage = chat_usage(completion.get("usage"))
+        if usage is not None:
+            self.usage = usage
+        events: list[InferenceEvent] = []
+        for choice in completion.get("choices") or ():
+            if not isinstance(choice, Mapping) or choice.get("index", 0) != 0:
+                continue
+            message = choice.get("message")
+            if isinstance(message, Mapping):
+                for field in ("reasoning_content", "reasoning"):
+                    text = message.get(field)
+                    if isinstance(text, str) and text:
+                        events.append(ReasoningDelta(text))
+                        break
+                for field in ("content", "refusal"):
+                    text = message.get(field)
+                    if isinstance(text, str) and text:
+                        events.append(MessageDelta(text))
+                for index, call in enumerate(message.get("tool_calls") or ()):
+                    if isinstance(call, Mapping):
+                        self._call_fragment({"index": index, **call})
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+        self.finished = True
+        return events + self.finish()
 
     def _call_fragment(self, fragment: Mapping[str, Any]) -> None:
         index = int(fragment.get("index") or 0)
@@ -161,12 +214,16 @@ class OpenAIChatEngine(HttpEngine):
         self, ctx: InferenceTurnContext, request: AgentInferenceRequest
     ) -> dict[str, Any]:
         """Return the ``POST /chat/completions`` body for one streamed turn."""
+        model = self.model_for(request.model)
         body: dict[str, Any] = {
-            "model": self.model_for(request.model),
+            "model": model,
             "messages": chat_messages(request.transcript, request.instructions),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        max_output = self.settings.max_output_tokens_for(model)
+        if max_output:
+            body["max_tokens"] = max_output
         if request.tools:
             body["tools"] = [
                 {
@@ -188,6 +245,8 @@ class OpenAIChatEngine(HttpEngine):
     ) -> AsyncIterator[InferenceEvent]:
         """Yield the events of one streamed ``POST /chat/completions`` call."""
         body = self.request_body(ctx, request)
+        characters = text_characters(body["messages"], frozenset({"role", "type", "id"}))
+        check_fits(body["model"], self.settings.context_window_for(body["model"]), characters)
         stream = self.stream_events("chat/completions", body, ChatStreamState, "[DONE]")
         async with aclosing(stream) as events:
             async for event in events:

@@ -112,10 +112,57 @@ def failure_for_status(
     return ProviderFailure(ProviderFailureKind.INVALID_REQUEST, text)
 
 
+CONTEXT_ERROR_MARKS = (
+    "context_length_exceeded",  # OpenAI's code
+    "exceed_context_size",  # llama.cpp's error type
+    "exceeds the context window",  # OpenAI's message
+    "exceeds the available context size",  # llama.cpp
+    "maximum context length",  # vLLM and OpenAI-compatible proxies
+)
+"""What an error's code, type or message holds when the input is over the window."""
+
+CHARS_PER_TOKEN_ESTIMATE = 4
+"""Characters per token for the size reported when input is refused as too large."""
+
+CHARS_PER_TOKEN_BOUND = 6
+"""Characters per token for the refusal itself: a generous bound, so that only input that
+certainly cannot fit is refused (dense text has fewer characters per token, not more)."""
+
+
 def is_context_length_error(code: str | None, kind: str | None, message: str) -> bool:
     """Return True when an error says the input is over the model's context window."""
-    return "context_length_exceeded" in (code or "", kind or "") or (
-        "context_length_exceeded" in message
+    said = f"{code or ''} {kind or ''} {message}".lower()
+    return any(mark in said for mark in CONTEXT_ERROR_MARKS)
+
+
+def text_characters(value: Any, skip: frozenset[str] = frozenset()) -> int:
+    """Return how many characters of text ``value`` (a request's input) holds.
+
+    Keys in ``skip`` (opaque ciphertext, ids, types) are not counted.
+    """
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, Mapping):
+        return sum(text_characters(v, skip) for k, v in value.items() if k not in skip)
+    if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
+        return sum(text_characters(v, skip) for v in value)
+    return 0
+
+
+def check_fits(model: str, window: int | None, characters: int) -> None:
+    """Raise ``CONTEXT_WINDOW_EXCEEDED`` when ``characters`` of input cannot fit ``window``.
+
+    Nothing is sent: a request the server must refuse is refused here, with its size, and
+    is not retried.
+    """
+    if not window or characters // CHARS_PER_TOKEN_BOUND <= window:
+        return
+    estimate = -(-characters // CHARS_PER_TOKEN_ESTIMATE)
+    raise ProviderFailure(
+        ProviderFailureKind.CONTEXT_WINDOW_EXCEEDED,
+        f"the request is about {estimate} tokens ({characters} characters of text), more "
+        f"than the context window of model {model!r} ({window} tokens); nothing was sent. "
+        "Shorten the message, or compact or start a new thread",
     )
 
 
@@ -137,12 +184,21 @@ def failure_for_exception(error: httpx.HTTPError, *, streaming: bool) -> Provide
 
 
 class StreamState(Protocol):
-    """Turns one provider's server-sent events into inference events."""
+    """Turns one provider's server-sent events into inference events.
+
+    ``failure``, when set with the last events, is raised after they are yielded (a
+    provider error of a kind the runtime must see, with its usage still billed).
+    """
 
     finished: bool
+    failure: ProviderFailure | None
 
     def handle(self, sse: ServerSentEvent) -> list[InferenceEvent]:
         """Return the events of one server-sent event; set ``finished`` on the last."""
+        ...
+
+    def answer(self, data: Any) -> list[InferenceEvent]:
+        """Return the events of a whole JSON answer to a streamed request; finish."""
         ...
 
 
@@ -202,8 +258,9 @@ class HttpEngine(InferenceEngine):
     @asynccontextmanager
     async def open_events(
         self, path: str, body: Mapping[str, Any]
-    ) -> AsyncIterator[tuple[AsyncIterator[ServerSentEvent], str | None]]:
-        """Yield the server-sent events of ``POST path`` (and the key, for redaction).
+    ) -> AsyncIterator[tuple[AsyncIterator[ServerSentEvent], str | None, Any]]:
+        """Yield the server-sent events of ``POST path``, the key (for redaction), and the
+        whole answer when the server sent JSON instead of a stream (else None).
 
         Raise ``ProviderFailure`` for an error status or a transport failure before the
         body; transport errors while reading the events are left to the caller.
@@ -224,15 +281,21 @@ class HttpEngine(InferenceEngine):
                     error_body = b""
                 raise failure_for_status(response.status_code, response.headers, error_body, key)
             if response.headers.get("content-type", "").startswith("application/json"):
-                raise ProviderFailure(
-                    ProviderFailureKind.INVALID_REQUEST,
-                    f"the server answered POST {path} with JSON instead of an event stream; "
-                    "does it support streaming?",
-                )
+                # Some OpenAI-compatible servers answer a streamed request (with tools, say)
+                # with the whole response: read it as the stream it stands for.
+                try:
+                    whole = orjson.loads(await response.aread())
+                except (httpx.HTTPError, orjson.JSONDecodeError):
+                    raise ProviderFailure(
+                        ProviderFailureKind.OTHER,
+                        f"the server answered POST {path} with JSON that cannot be read",
+                    ) from None
+                yield _no_events(), key, whole
+                return
             chunks = response.aiter_bytes()
             try:
                 async with aclosing(aiter_sse(chunks)) as events:
-                    yield events, key
+                    yield events, key, None
             except BaseException:
                 await _settle(chunks, 0)
                 raise
@@ -254,8 +317,10 @@ class HttpEngine(InferenceEngine):
         sees them. A stream that ends before ``terminal`` raises ``STREAM_INTERRUPTED``.
         """
         final: list[InferenceEvent] = []
-        async with self.open_events(path, body) as (events, key):
+        async with self.open_events(path, body) as (events, key, whole):
             state = new_state(key)
+            if whole is not None:
+                final = state.answer(whole)
             try:
                 async for sse in events:
                     produced = state.handle(sse)
@@ -273,6 +338,8 @@ class HttpEngine(InferenceEngine):
             )
         for event in final:
             yield event
+        if state.failure is not None:
+            raise state.failure
 
     async def request_json(
         self, method: str, path: str, body: Mapping[str, Any] | None = None
@@ -331,6 +398,12 @@ class HttpEngine(InferenceEngine):
             f"no model chosen for engine {self.id!r}: pass --model, set default_model in "
             f"config.toml, or set model in [engines.{self.id}]",
         )
+
+
+async def _no_events() -> AsyncGenerator[ServerSentEvent, None]:
+    """Return an event stream with nothing in it (the answer came whole, as JSON)."""
+    return
+    yield  # pragma: no cover - makes this an async generator
 
 
 async def _settle(chunks: AsyncIterator[bytes], seconds: float) -> None:

@@ -33,7 +33,13 @@ from roder_api.inference import (
     Usage,
 )
 from roder_api.transcript import ProviderMetadata
-from roder_openai._http import HttpEngine, redact
+from roder_openai._http import (
+    HttpEngine,
+    check_fits,
+    is_context_length_error,
+    redact,
+    text_characters,
+)
 from roder_openai._replay import (
     PROVIDER,
     ends_with_unanswered_call,
@@ -91,6 +97,7 @@ class ResponsesStreamState:
         self._key = key
         self.response_id: str | None = None
         self.finished = False
+        self.failure: ProviderFailure | None = None
         self._added: dict[str, dict[str, Any]] = {}  # item id -> the output_item.added item
         self._arguments: dict[str, str] = {}  # item id -> arguments streamed or done
         self._done: set[str] = set()  # item ids whose output_item.done came
@@ -118,6 +125,24 @@ class ResponsesStreamState:
         if handler is None:
             return []  # events we do not need (content parts, annotations, built-in tools)
         return handler(self, data)
+
+    def answer(self, data: Any) -> list[InferenceEvent]:
+        """Return the events of a whole Response object sent instead of a stream."""
+        response = data if isinstance(data, dict) else {}
+        if isinstance(response.get("error"), Mapping) and "output" not in response:
+            return self._error(response)  # an error body with a 2xx status
+        if response.get("object", "response") != "response" or "output" not in response:
+            raise ProviderFailure(
+                ProviderFailureKind.OTHER,
+                "the server answered a streamed request with JSON that is not a response "
+                f"(object {response.get('object')!r}); does it speak the Responses API?",
+            )
+        status = response.get("status")
+        if status == "failed":
+            return self._failed({"response": response})
+        if status == "incomplete":
+            return self._incomplete({"response": response})
+        return self._completed({"response": response})
 
     # --- handlers -------------------------------------------------------------------------
 
@@ -202,6 +227,19 @@ class ResponsesStreamState:
             kept = {**added, **item, "call_id": call_id, "name": name, "arguments": arguments}
             events.append(function_call_metadata(kept))
             events.append(ToolCallCompleted(str(call_id), str(name), arguments))
+        elif kind == "compaction":
+            # In-turn compaction (context_management): the boundary, staged by the runtime
+            # with this step. The item stands for all the input before it.
+            events.append(
+                ProviderMetadata(
+                    {
+                        "provider": PROVIDER,
+                        "output": [dict(item)],
+                        "compacted_input": [dict(item)],
+                        "response_id": self.response_id,
+                    }
+                )
+            )
         elif kind == "message" and item_id not in self._streamed_text:
             for part in item.get("content") or ():
                 if not isinstance(part, Mapping):
@@ -248,12 +286,24 @@ class ResponsesStreamState:
         response = response if isinstance(response, dict) else {}
         error = response.get("error")
         self.finished = True
-        return [*self._usage(response), Failed(self._error_text("the response failed", error))]
+        return [*self._usage(response), *self._failure("the response failed", error)]
 
     def _error(self, data: dict[str, Any]) -> list[InferenceEvent]:
         error = data.get("error") if isinstance(data.get("error"), Mapping) else data
         self.finished = True
-        return [Failed(self._error_text("the server reported an error", error))]
+        return self._failure("the server reported an error", error)
+
+    def _failure(self, what: str, error: Any) -> list[InferenceEvent]:
+        text = self._error_text(what, error)
+        if isinstance(error, Mapping) and is_context_length_error(
+            str(error.get("code") or ""),
+            str(error.get("type") or ""),
+            str(error.get("message") or ""),
+        ):
+            # Compaction may help: the runtime must see the kind, not a bare Failed.
+            self.failure = ProviderFailure(ProviderFailureKind.CONTEXT_WINDOW_EXCEEDED, text)
+            return []
+        return [Failed(text)]
 
     def _error_text(self, what: str, error: Any) -> str:
         if not isinstance(error, Mapping):
@@ -289,6 +339,12 @@ _HANDLERS = {
 HANDLED_EVENTS = frozenset(_HANDLERS)
 """The names of the Responses stream events this engine acts on."""
 
+AUTO_THRESHOLD_FRACTION = 0.8
+"""``compact_threshold = "auto"``: compact in-turn at this share of the context window."""
+
+OPAQUE_KEYS = frozenset({"encrypted_content", "id", "call_id", "type", "role", "status"})
+"""Input keys whose values are not text the model reads (left out of the size check)."""
+
 
 class OpenAIResponsesEngine(HttpEngine):
     """The OpenAI Responses API: streamed turns and native compaction.
@@ -306,8 +362,9 @@ class OpenAIResponsesEngine(HttpEngine):
     ) -> dict[str, Any]:
         """Return the ``POST /responses`` body for one streamed turn."""
         settings = self.settings
+        model = self.model_for(request.model)
         body: dict[str, Any] = {
-            "model": self.model_for(request.model),
+            "model": model,
             "input": responses_input(request.transcript),
             "stream": True,
             "store": False,
@@ -315,6 +372,12 @@ class OpenAIResponsesEngine(HttpEngine):
         }
         if request.instructions:
             body["instructions"] = request.instructions
+        max_output = settings.max_output_tokens_for(model)
+        if max_output:
+            body["max_output_tokens"] = max_output
+        threshold = self.compact_threshold_for(model)
+        if threshold:
+            body["context_management"] = [{"type": "compaction", "compact_threshold": threshold}]
         if request.tools:
             body["tools"] = [function_tool(tool) for tool in request.tools]
             body["tool_choice"] = "auto"
@@ -335,10 +398,24 @@ class OpenAIResponsesEngine(HttpEngine):
     ) -> AsyncIterator[InferenceEvent]:
         """Yield the events of one streamed ``POST /responses`` call."""
         body = self.request_body(ctx, request)
+        characters = text_characters(body["input"], OPAQUE_KEYS) + len(request.instructions or "")
+        check_fits(body["model"], self.settings.context_window_for(body["model"]), characters)
         stream = self.stream_events("responses", body, ResponsesStreamState, "response.completed")
         async with aclosing(stream) as events:
             async for event in events:
                 yield event
+
+    def compact_threshold_for(self, model: str) -> int | None:
+        """Return the in-turn compaction threshold in tokens (None: none is asked for).
+
+        ``compact_threshold = "auto"`` is :data:`AUTO_THRESHOLD_FRACTION` of the model's
+        context window, when the window is configured.
+        """
+        threshold = self.settings.compact_threshold
+        if threshold != "auto":
+            return threshold if isinstance(threshold, int) else None
+        window = self.settings.context_window_for(model)
+        return int(window * AUTO_THRESHOLD_FRACTION) if window else None
 
     async def compact_turn(
         self, ctx: InferenceTurnContext, request: AgentInferenceRequest

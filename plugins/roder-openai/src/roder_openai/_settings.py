@@ -29,6 +29,7 @@ KNOWN_KEYS = frozenset(
         "reasoning_effort",
         "reasoning_summary",
         "prompt_cache_key",
+        "compact_threshold",
     }
 )
 
@@ -57,6 +58,7 @@ class EngineSettings:
     reasoning_effort: str | None = None
     reasoning_summary: str | None = "auto"
     prompt_cache_key: bool = True
+    compact_threshold: int | str | None = None
 
     @classmethod
     def from_table(cls, engine_id: str, table: Mapping[str, Any] | None) -> EngineSettings:
@@ -100,7 +102,22 @@ class EngineSettings:
                 else "auto"
             ),
             prompt_cache_key=bool(table.get("prompt_cache_key", True)),
+            compact_threshold=_threshold(table.get("compact_threshold"), where),
         )
+
+    def model_descriptor(self, model: str) -> ModelDescriptor | None:
+        """Return the configured descriptor of ``model`` (None when it is not listed)."""
+        return next((m for m in self.models if m.id == model), None)
+
+    def context_window_for(self, model: str) -> int | None:
+        """Return the model's context window in tokens, when configured."""
+        descriptor = self.model_descriptor(model)
+        return (descriptor.context_window if descriptor else None) or self.context_window
+
+    def max_output_tokens_for(self, model: str) -> int | None:
+        """Return the model's ``max_output_tokens`` (None: the server's default applies)."""
+        descriptor = self.model_descriptor(model)
+        return descriptor.max_output_tokens if descriptor else None
 
     def api_key(self) -> str | None:
         """Return the key from ``api_key_env`` (None when no key is to be sent).
@@ -128,6 +145,18 @@ def _string(table: Mapping[str, Any], key: str, where: str) -> str | None:
     if not isinstance(value, str):
         raise OpenAISettingsError(f"{where} {key}: expected a string, got {value!r}")
     return value
+
+
+def _threshold(value: Any, where: str) -> int | str | None:
+    if value is None:
+        return None
+    if value == "auto":
+        return "auto"
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    raise OpenAISettingsError(
+        f'{where} compact_threshold: expected a positive number of tokens or "auto", got {value!r}'
+    )
 
 
 def _seconds(table: Mapping[str, Any], key: str, where: str, default: float) -> float:
