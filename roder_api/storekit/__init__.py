@@ -6,6 +6,8 @@ them again:
 
 - :class:`BlockingThreadStore`: the async facade over a blocking driver, with its own
   worker-thread limiter;
+- :class:`RelationalThreadStore`: a whole SQL store on that facade, specialised by dialect
+  (the SQLite and PostgreSQL stores), writing through :class:`WriteBatch` transactions;
 - :class:`GroupCommit`: concurrent commits share one blocking write-and-sync;
 - :class:`FileLeases`: thread leases as OS file locks (released when the holder dies);
 - the fold of a journal into metadata (:func:`fold_metadata`), the one rule for where
@@ -42,13 +44,20 @@ from roder_api.storekit._fold import (
     turns_from_events,
 )
 from roder_api.storekit._group_commit import GroupCommit
+from roder_api.storekit._relational import RelationalThreadStore
+from roder_api.storekit._write_batch import EventRow, SqlConnection, ThreadRow, WriteBatch
 from roder_api.threads import UNSET
 
 __all__ = [
     "BlockingThreadStore",
+    "EventRow",
     "FileLeases",
     "GroupCommit",
+    "RelationalThreadStore",
+    "SqlConnection",
+    "ThreadRow",
     "UNSET",
+    "WriteBatch",
     "check_consecutive",
     "check_continues",
     "check_expected",

@@ -7,6 +7,7 @@ from roder_postgres_thread_store._store import (
     SCHEMA_VERSION,
     PostgresThreadStore,
     PostgresThreadStoreFactory,
+    check_schema,
     migrate_schema,
 )
 
@@ -15,5 +16,6 @@ __all__ = [
     "PostgresThreadStore",
     "PostgresThreadStoreFactory",
     "SCHEMA_VERSION",
+    "check_schema",
     "migrate_schema",
 ]

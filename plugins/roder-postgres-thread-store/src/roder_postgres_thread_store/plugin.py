@@ -10,6 +10,13 @@ from roder_api.threads import ThreadStoreFactory
 from roder_postgres_thread_store._store import PostgresThreadStoreFactory
 
 
+def _flag(value: object) -> bool:
+    """Return a boolean setting given as a bool or as text (``"true"``, ``"1"``, ...)."""
+    if isinstance(value, str):
+        return value.strip().lower() in {"1", "true", "yes", "on"}
+    return bool(value)
+
+
 @hookimpl
 def register_thread_store_factories(
     register: Callable[[ThreadStoreFactory], None],
@@ -18,7 +25,8 @@ def register_thread_store_factories(
     """Register the ``postgres`` factory, configured by the ``postgres`` settings table.
 
     Keys: ``dsn`` (else ``RODER_POSTGRES_DSN`` when the store opens), ``schema``,
-    ``min_size`` / ``max_size`` (the connection pool) and ``connect_timeout_s``.
+    ``min_size`` / ``max_size`` (the connection pool), ``connect_timeout_s``, and
+    ``read_only`` / ``must_exist`` (booleans; see :class:`PostgresThreadStoreFactory`).
     """
     table = settings.get("postgres", {})
     dsn = table.get("dsn")
@@ -29,5 +37,7 @@ def register_thread_store_factories(
             min_size=int(table.get("min_size", 1)),
             max_size=int(table.get("max_size", 8)),
             connect_timeout_s=float(table.get("connect_timeout_s", 10.0)),
+            read_only=_flag(table.get("read_only", False)),
+            must_exist=_flag(table.get("must_exist", False)),
         )
     )

@@ -1,41 +1,27 @@
-"""The SQLite thread store: every thread of a store in one SQLite file, in WAL mode."""
+"""The SQLite thread store: every thread of a store in one SQLite file, in WAL mode.
+
+The store is ``roder_api.storekit``'s relational store in the SQLite dialect: write
+transactions are ``BEGIN IMMEDIATE`` (one writer at a time across processes, the busy
+timeout ordering them), reads are deferred transactions on a small pool of connections
+(WAL lets them read while a write is in progress), and leases are ``flock`` locks on lease
+files beside the database (``<file>.leases/``).
+"""
 
 from __future__ import annotations
 
 import os
 import sqlite3
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import replace
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from urllib.parse import quote
 
 import anyio.to_thread
 
-from roder_api.codec import dumps, from_dict, loads_json
-from roder_api.errors import (
-    SequenceConflictError,
-    StoppedError,
-    StoreError,
-    ThreadExistsError,
-    ThreadNotFoundError,
-)
-from roder_api.events import Event, JournalEvent
-from roder_api.inference import TokenUsage
-from roder_api.storekit import (
-    BlockingThreadStore,
-    check_expected,
-    decode_cursor,
-    encode_cursor,
-    fold_metadata,
-    last_boundary_sequence,
-    listing_key,
-)
-from roder_api.threads import EventPage, ThreadMetadata, ThreadPage, ThreadStoreFactory
-
-T = TypeVar("T")
+from roder_api.errors import StoreError
+from roder_api.storekit import FileLeases, RelationalThreadStore
+from roder_api.threads import ThreadLease, ThreadStoreFactory, validate_thread_id
 
 SCHEMA_VERSION = 1
 """The schema version this code writes (kept in ``PRAGMA user_version``)."""
@@ -73,66 +59,77 @@ DURABILITY_MODES: Mapping[str, str] = {
     "none": "OFF",
 }
 """``durability`` setting -> ``PRAGMA synchronous``. ``fsync`` (and ``group``, the same here:
-each WAL commit is synced) survives power loss; ``normal`` survives a process crash; ``none``
-leaves syncing to the OS."""
+each WAL commit is synced, and concurrent appends share a commit) survives power loss;
+``normal`` survives a process crash; ``none`` leaves syncing to the OS."""
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def _check_durability(durability: str) -> None:
+    if durability not in DURABILITY_MODES:
+        raise ValueError(
+            f"unknown durability {durability!r}; use one of {', '.join(DURABILITY_MODES)}"
+        )
 
 
-class _WriteRequest(Generic[T]):
-    """One writer's work waiting for a group commit, and its outcome."""
-
-    __slots__ = ("work", "done", "result", "error")
-
-    def __init__(self, work: Callable[[sqlite3.Connection], T]) -> None:
-        self.work = work
-        self.done = False
-        self.result: T | None = None
-        self.error: BaseException | None = None
-
-    def outcome(self) -> T:
-        """Return the committed result, or raise the error of this piece of work."""
-        if self.error is not None:
-            raise self.error
-        return self.result  # type: ignore[return-value]  # set whenever error is None
+def leases_directory(path: Path) -> Path:
+    """Return the directory of a database's lease files (``<file>.leases`` beside it)."""
+    return path.with_name(path.name + ".leases")
 
 
-class SqliteThreadStore(BlockingThreadStore):
+class SqliteThreadStore(RelationalThreadStore):
     """A thread store in one SQLite file: a ``roder_threads`` row per thread (its metadata,
     folded on every append) and a ``roder_events`` row per journal event.
 
-    Writers in this process share one connection and commit in groups (concurrent appends
-    share one transaction and one sync, each still committed before it returns); readers
-    use a small pool of connections, which WAL lets read while a write is in progress.
-    Several processes may open the same file: ``BEGIN IMMEDIATE`` and the busy timeout
-    order their writes.
+    Writers in this process share one connection, and concurrent appends share one
+    transaction and one sync (each still committed before it returns). Several processes
+    may open the same file: ``BEGIN IMMEDIATE`` and the busy timeout order their writes.
+    ``read_only`` opens the file with ``mode=ro``: reads work (also on a read-only file or
+    directory) and writes raise ``StoreError``.
     """
 
+    store_name = "SQLite thread store"
+
     def __init__(
-        self, path: Path, *, durability: str = "fsync", busy_timeout_s: float = 30.0
+        self,
+        path: Path,
+        *,
+        durability: str = "fsync",
+        busy_timeout_s: float = 30.0,
+        read_only: bool = False,
     ) -> None:
-        if durability not in DURABILITY_MODES:
-            raise ValueError(
-                f"unknown durability {durability!r}; use one of {', '.join(DURABILITY_MODES)}"
-            )
+        _check_durability(durability)
         self.path = path
         self.durability = durability
         self.busy_timeout_s = busy_timeout_s
+        self.read_only = read_only
+        self._immutable = False
         self._write_lock = threading.Lock()
-        self._pending_lock = threading.Lock()
-        self._pending: list[_WriteRequest[Any]] = []
         self._pool_lock = threading.Lock()
         self._readers: list[sqlite3.Connection] = []
         self._writer: sqlite3.Connection | None = None
+        self._leases: FileLeases | None = None
 
-    # --- connections ----------------------------------------------------------------------
+    # --- the dialect ----------------------------------------------------------------------
 
-    def _connect(self) -> sqlite3.Connection:
+    def translate_error(self, exc: Exception) -> Exception | None:
+        """Return a ``StoreError`` for a ``sqlite3.Error``."""
+        if isinstance(exc, sqlite3.Error):
+            return StoreError(f"SQLite thread store {self.path}: {exc}")
+        return None
+
+    def connect(self) -> sqlite3.Connection:
+        """Return a new connection to the file (read-only ones with ``mode=ro``)."""
+        if self.read_only:
+            mode = "ro&immutable=1" if self._immutable else "ro"
+            target, uri = f"file:{quote(str(self.path))}?mode={mode}", True
+        else:
+            target, uri = str(self.path), False
         # isolation_level=None: we issue BEGIN / COMMIT ourselves (BEGIN IMMEDIATE for writes).
         conn = sqlite3.connect(
-            self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
+            target,
+            timeout=self.busy_timeout_s,
+            isolation_level=None,
+            check_same_thread=False,
+            uri=uri,
         )
         try:
             conn.execute(f"PRAGMA synchronous = {DURABILITY_MODES[self.durability]}")
@@ -142,20 +139,31 @@ class SqliteThreadStore(BlockingThreadStore):
             raise
         return conn
 
-    def _warm(self) -> None:
-        """Open the first reader connection now, so the first read does not pay for it."""
-        conn = self._connect()
+    def warm(self) -> None:
+        """Open the first reader connection now, so the first read does not pay for it.
+
+        A read-only store on a directory it cannot write (no WAL index can be made there)
+        falls back to reading the file as immutable.
+        """
+        try:
+            conn = self.connect()
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError:
+            if not self.read_only or self._immutable:
+                raise
+            self._immutable = True
+            conn = self.connect()
         with self._pool_lock:
             self._readers.append(conn)
 
     @contextmanager
-    def _reader(self) -> Iterator[sqlite3.Connection]:
+    def read_transaction(self) -> Iterator[sqlite3.Connection]:
+        """Yield a pooled connection inside a deferred (snapshot) transaction."""
         with self._pool_lock:
-            if self.closed:
-                raise StoppedError("the SQLite thread store is closed; open a new one")
+            self.check_open()
             conn = self._readers.pop() if self._readers else None
         if conn is None:
-            conn = self._connect()
+            conn = self.connect()
         try:
             conn.execute("BEGIN")
             try:
@@ -169,249 +177,37 @@ class SqliteThreadStore(BlockingThreadStore):
                 else:
                     self._readers.append(conn)
 
-    def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``work`` in a committed write transaction, grouped with concurrent writes.
-
-        Group commit: every writer queues its work, then takes the write lock. The holder
-        runs everything queued so far in one ``BEGIN IMMEDIATE`` transaction, each piece
-        under its own SAVEPOINT (a failing piece is rolled back alone and gets its error),
-        and commits once: one sync for many writes. A writer whose work a previous holder
-        already committed just returns its result. Nothing returns before its COMMIT.
-        """
-        request: _WriteRequest[T] = _WriteRequest(work)
-        with self._pending_lock:
-            self._pending.append(request)
+    @contextmanager
+    def write_transaction(self) -> Iterator[sqlite3.Connection]:
+        """Yield the writer connection inside ``BEGIN IMMEDIATE``; commit on exit."""
+        if self.read_only:
+            raise StoreError(
+                f"the SQLite thread store {self.path} was opened read-only; open it without "
+                "read_only to write"
+            )
         with self._write_lock:
-            if not request.done:
-                with self._pending_lock:
-                    group, self._pending = self._pending, []
-                self._commit_group(group)
-        return request.outcome()
-
-    def _commit_group(self, group: list[_WriteRequest[Any]]) -> None:
-        """Run and commit a group of queued writes (call with the write lock held)."""
-        try:
-            if self.closed:
-                raise StoppedError("the SQLite thread store is closed; open a new one")
+            self.check_open()
             if self._writer is None:
-                self._writer = self._connect()
+                self._writer = self.connect()
             conn = self._writer
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for request in group:
-                    conn.execute("SAVEPOINT roder_write")
-                    try:
-                        request.result = request.work(conn)
-                    except Exception as exc:  # noqa: BLE001 - handed to its own writer
-                        conn.execute("ROLLBACK TO roder_write")
-                        request.error = exc
-                    conn.execute("RELEASE roder_write")
+                yield conn
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-        except BaseException as exc:
-            # Nothing of the group was committed: every writer in it gets the error.
-            for request in group:
-                request.result, request.error = None, exc
-            if not isinstance(exc, Exception):
-                raise
-        finally:
-            for request in group:
-                request.done = True
 
-    store_name = "SQLite thread store"
+    def lease(self, thread_id: str, *, owner: str) -> AbstractAsyncContextManager[ThreadLease]:
+        """Return the thread's lease: a ``flock`` on ``<file>.leases/<thread id>.lease``.
 
-    def translate_error(self, exc: Exception) -> Exception | None:
-        """Return a ``StoreError`` for a ``sqlite3.Error``."""
-        if isinstance(exc, sqlite3.Error):
-            return StoreError(f"SQLite thread store {self.path}: {exc}")
-        return None
-
-    # --- blocking work --------------------------------------------------------------------
-
-    @staticmethod
-    def _row(conn: sqlite3.Connection, thread_id: str) -> tuple[int, int, bytes]:
-        row = conn.execute(
-            "SELECT last_sequence, boundary_sequence, metadata FROM roder_threads "
-            "WHERE thread_id = ?",
-            (thread_id,),
-        ).fetchone()
-        if row is None:
-            raise ThreadNotFoundError(thread_id)
-        return int(row[0]), int(row[1]), bytes(row[2])
-
-    @staticmethod
-    def _store_metadata(
-        conn: sqlite3.Connection, metadata: ThreadMetadata, boundary_sequence: int
-    ) -> None:
-        conn.execute(
-            "UPDATE roder_threads SET updated_at_ms = ?, last_sequence = ?, "
-            "boundary_sequence = ?, metadata = ? WHERE thread_id = ?",
-            (
-                metadata.updated_at_ms,
-                metadata.last_sequence,
-                boundary_sequence,
-                dumps(metadata),
-                metadata.thread_id,
-            ),
-        )
-
-    def _insert(
-        self,
-        conn: sqlite3.Connection,
-        thread_id: str,
-        entries: Sequence[JournalEvent],
-        payloads: Sequence[bytes],
-        previous_boundary: int,
-        metadata: ThreadMetadata,
-    ) -> None:
-        conn.executemany(
-            "INSERT INTO roder_events (thread_id, sequence, recorded_at_ms, event) "
-            "VALUES (?, ?, ?, ?)",
-            [
-                (thread_id, entry.sequence, entry.recorded_at_ms, payload)
-                for entry, payload in zip(entries, payloads, strict=True)
-            ],
-        )
-        folded = fold_metadata(metadata, entries)
-        self._store_metadata(conn, folded, last_boundary_sequence(entries, previous_boundary))
-
-    def create_sync(self, metadata: ThreadMetadata) -> ThreadMetadata:
-        stored = replace(metadata, usage=TokenUsage(), item_count=0, last_sequence=0)
-
-        def work(conn: sqlite3.Connection) -> ThreadMetadata:
-            inserted = conn.execute(
-                "INSERT INTO roder_threads (thread_id, updated_at_ms, last_sequence, "
-                "boundary_sequence, metadata) VALUES (?, ?, 0, 0, ?) "
-                "ON CONFLICT (thread_id) DO NOTHING",
-                (stored.thread_id, stored.updated_at_ms, dumps(stored)),
-            ).rowcount
-            if not inserted:
-                raise ThreadExistsError(stored.thread_id)
-            return stored
-
-        return self._write(work)
-
-    def append_sync(
-        self,
-        thread_id: str,
-        events: Sequence[Event],
-        payloads: Sequence[bytes],
-        expected_last_sequence: int | None,
-    ) -> list[JournalEvent]:
-
-        def work(conn: sqlite3.Connection) -> list[JournalEvent]:
-            # Inside BEGIN IMMEDIATE: no other connection can write between check and insert.
-            last, boundary, raw = self._row(conn, thread_id)
-            check_expected(thread_id, expected_last_sequence, last)
-            now = _now_ms()
-            entries = [JournalEvent(last + 1 + i, now, e) for i, e in enumerate(events)]
-            self._insert(conn, thread_id, entries, payloads, boundary, from_dict(loads_json(raw)))
-            return entries
-
-        return self._write(work)
-
-    def import_sync(
-        self, thread_id: str, entries: Sequence[JournalEvent], payloads: Sequence[bytes]
-    ) -> None:
-
-        def work(conn: sqlite3.Connection) -> None:
-            last, boundary, raw = self._row(conn, thread_id)
-            if entries[0].sequence != last + 1:
-                raise SequenceConflictError(thread_id, last + 1, entries[0].sequence)
-            self._insert(conn, thread_id, entries, payloads, boundary, from_dict(loads_json(raw)))
-
-        self._write(work)
-
-    def update_sync(self, thread_id: str, changes: dict[str, Any]) -> ThreadMetadata:
-
-        def work(conn: sqlite3.Connection) -> ThreadMetadata:
-            _, boundary, raw = self._row(conn, thread_id)
-            metadata: ThreadMetadata = from_dict(loads_json(raw))
-            updated = max(metadata.updated_at_ms, _now_ms())
-            metadata = replace(metadata, updated_at_ms=updated, **changes)
-            self._store_metadata(conn, metadata, boundary)
-            return metadata
-
-        return self._write(work)
-
-    def delete_sync(self, thread_id: str) -> None:
-
-        def work(conn: sqlite3.Connection) -> None:
-            deleted = conn.execute(
-                "DELETE FROM roder_threads WHERE thread_id = ?", (thread_id,)
-            ).rowcount
-            if not deleted:
-                raise ThreadNotFoundError(thread_id)
-            conn.execute("DELETE FROM roder_events WHERE thread_id = ?", (thread_id,))
-
-        self._write(work)
-
-    def get_sync(self, thread_id: str) -> ThreadMetadata:
-        with self._reader() as conn:
-            metadata: ThreadMetadata = from_dict(loads_json(self._row(conn, thread_id)[2]))
-            return metadata
-
-    def read_sync(
-        self, thread_id: str, after: int, limit: int | None, replay: bool
-    ) -> list[JournalEvent]:
-        with self._reader() as conn:
-            _, boundary, _ = self._row(conn, thread_id)
-            if replay:
-                after = max(after, boundary - 1)
-            rows = conn.execute(
-                "SELECT sequence, recorded_at_ms, event FROM roder_events "
-                "WHERE thread_id = ? AND sequence > ? ORDER BY sequence LIMIT ?",
-                (thread_id, after, -1 if limit is None else limit),
-            ).fetchall()
-        return [JournalEvent(seq, t, from_dict(loads_json(raw))) for seq, t, raw in rows]
-
-    def page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
-        with self._reader() as conn:
-            last, _, _ = self._row(conn, thread_id)
-            if before is None:
-                before = last + 1
-            rows = conn.execute(
-                "SELECT sequence, recorded_at_ms, event FROM roder_events "
-                "WHERE thread_id = ? AND sequence < ? ORDER BY sequence DESC LIMIT ?",
-                (thread_id, before, limit),
-            ).fetchall()
-        events = tuple(
-            JournalEvent(seq, t, from_dict(loads_json(raw))) for seq, t, raw in reversed(rows)
-        )
-        first = events[0].sequence if events else before
-        return EventPage(events, first if first > 1 else None)
-
-    def list_sync(self, cursor: str | None, limit: int) -> ThreadPage:
-        with self._reader() as conn:
-            if cursor:
-                updated, after_id = decode_cursor(cursor)
-                rows = conn.execute(
-                    "SELECT metadata FROM roder_threads WHERE (updated_at_ms, thread_id) < (?, ?) "
-                    "ORDER BY updated_at_ms DESC, thread_id DESC LIMIT ?",
-                    (updated, after_id, limit + 1),
-                ).fetchall()
-            else:
-                rows = conn.execute(
-                    "SELECT metadata FROM roder_threads "
-                    "ORDER BY updated_at_ms DESC, thread_id DESC LIMIT ?",
-                    (limit + 1,),
-                ).fetchall()
-        threads = [from_dict(loads_json(raw)) for (raw,) in rows]
-        page = threads[:limit]
-        more = len(threads) > limit
-        return ThreadPage(tuple(page), encode_cursor(*listing_key(page[-1])) if more else None)
-
-    def size_sync(self, thread_id: str) -> int:
-        with self._reader() as conn:
-            _, _, raw = self._row(conn, thread_id)
-            row = conn.execute(
-                "SELECT coalesce(sum(length(event)), 0) FROM roder_events WHERE thread_id = ?",
-                (thread_id,),
-            ).fetchone()
-        return len(raw) + int(row[0])
+        Held across processes; the kernel releases it when the holder dies.
+        """
+        validate_thread_id(thread_id)
+        if self._leases is None:
+            self._leases = FileLeases(leases_directory(self.path), limiter=self.limiter)
+        return self._leases.lease(thread_id, owner=owner)
 
     def close_sync(self) -> None:
         """Close the connections once the writes in progress are done."""
@@ -428,12 +224,7 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
     """Bring the schema to :data:`SCHEMA_VERSION`, in one IMMEDIATE transaction."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{path} has SQLite store schema version {version}, written by a newer Roder "
-                f"(this one knows up to {SCHEMA_VERSION}); upgrade roder-sqlite-thread-store"
-            )
+        version = _check_version(conn, path)
         for index in range(version, SCHEMA_VERSION):
             for statement in MIGRATIONS[index]:
                 conn.execute(statement)
@@ -445,11 +236,25 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
         raise
 
 
+def _check_version(conn: sqlite3.Connection, path: Path) -> int:
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path} has SQLite store schema version {version}, written by a newer Roder "
+            f"(this one knows up to {SCHEMA_VERSION}); upgrade roder-sqlite-thread-store"
+        )
+    return version
+
+
 class SqliteThreadStoreFactory(ThreadStoreFactory):
     """Opens SQLite thread stores in the file ``path`` (created with its schema on first use).
 
-    ``durability``: ``fsync`` (default), ``normal`` or ``none`` (see :data:`DURABILITY_MODES`);
-    ``busy_timeout_s``: how long a write waits for another process's write.
+    ``durability``: ``fsync`` (default), ``group`` (the same here), ``normal`` or ``none``
+    (see :data:`DURABILITY_MODES`); ``busy_timeout_s``: how long a write waits for another
+    process's write. ``must_exist``: refuse (``StoreError``, nothing created) when the file
+    does not exist. ``read_only``: open an existing store for reading only — nothing is
+    created, migrated or written, and it works on read-only files and directories (it
+    implies ``must_exist``).
     """
 
     id = "sqlite"
@@ -460,16 +265,32 @@ class SqliteThreadStoreFactory(ThreadStoreFactory):
         *,
         durability: str = "fsync",
         busy_timeout_s: float = 30.0,
+        read_only: bool = False,
+        must_exist: bool = False,
     ) -> None:
-        if durability not in DURABILITY_MODES:
-            raise ValueError(
-                f"unknown durability {durability!r}; use one of {', '.join(DURABILITY_MODES)}"
-            )
+        _check_durability(durability)
         self.path = Path(path).expanduser()
         self.durability = durability
         self.busy_timeout_s = busy_timeout_s
+        self.read_only = read_only
+        self.must_exist = must_exist or read_only
 
-    def _prepare(self) -> None:
+    def _prepare(self, store: SqliteThreadStore) -> None:
+        if self.must_exist and not self.path.is_file():
+            raise StoreError(
+                f"there is no SQLite thread store at {self.path} (no such file); check the "
+                "path — nothing was created"
+            )
+        if self.read_only:
+            store.warm()
+            with store.read_transaction() as conn:
+                _check_version(conn, self.path)
+                tables = conn.execute(
+                    "SELECT count(*) FROM sqlite_master WHERE name = 'roder_threads'"
+                ).fetchone()[0]
+            if not tables:
+                raise StoreError(f"{self.path} is not a Roder SQLite thread store")
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
         try:
@@ -483,23 +304,27 @@ class SqliteThreadStoreFactory(ThreadStoreFactory):
             _migrate(conn, self.path)
         finally:
             conn.close()
+        store.warm()
 
     async def open(self) -> SqliteThreadStore:
         """Return a store on ``path``, creating the file and migrating its schema."""
         store = SqliteThreadStore(
-            self.path, durability=self.durability, busy_timeout_s=self.busy_timeout_s
+            self.path,
+            durability=self.durability,
+            busy_timeout_s=self.busy_timeout_s,
+            read_only=self.read_only,
         )
-
-        def prepare() -> None:
-            self._prepare()
-            store._warm()
-
         try:
-            await anyio.to_thread.run_sync(prepare)
+            await anyio.to_thread.run_sync(self._prepare, store, limiter=store.limiter)
         except (OSError, sqlite3.Error) as exc:
+            store.close_sync()
             raise StoreError(f"cannot use {self.path} for the SQLite thread store: {exc}") from exc
+        except BaseException:
+            store.close_sync()
+            raise
         return store
 
     def describe(self) -> str:
         """Return where the database file is."""
-        return f"sqlite at {self.path} (durability {self.durability})"
+        mode = ", read-only" if self.read_only else ""
+        return f"sqlite at {self.path} (durability {self.durability}{mode})"

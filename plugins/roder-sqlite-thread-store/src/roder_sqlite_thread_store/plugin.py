@@ -18,6 +18,13 @@ def default_path() -> Path:
     return Path(home).expanduser() / "threads.sqlite3"
 
 
+def _flag(value: object) -> bool:
+    """Return a boolean setting given as a bool or as text (``"true"``, ``"1"``, ...)."""
+    if isinstance(value, str):
+        return value.strip().lower() in {"1", "true", "yes", "on"}
+    return bool(value)
+
+
 @hookimpl
 def register_thread_store_factories(
     register: Callable[[ThreadStoreFactory], None],
@@ -25,8 +32,9 @@ def register_thread_store_factories(
 ) -> None:
     """Register the ``sqlite`` factory, configured by the ``sqlite`` settings table.
 
-    Keys: ``path`` (the database file), ``durability`` (fsync, normal, none) and
-    ``busy_timeout_s``.
+    Keys: ``path`` (the database file), ``durability`` (fsync, group, normal, none),
+    ``busy_timeout_s``, ``read_only`` and ``must_exist`` (booleans; see
+    :class:`SqliteThreadStoreFactory`).
     """
     table = settings.get("sqlite", {})
     path = table.get("path")
@@ -35,5 +43,7 @@ def register_thread_store_factories(
             Path(str(path)).expanduser() if path else default_path(),
             durability=str(table.get("durability", "fsync")),
             busy_timeout_s=float(table.get("busy_timeout_s", 30.0)),
+            read_only=_flag(table.get("read_only", False)),
+            must_exist=_flag(table.get("must_exist", False)),
         )
     )

@@ -1,0 +1,283 @@
+"""``RelationalThreadStore``: one SQL thread store, specialised by dialect (SQLite, PostgreSQL).
+
+Two tables hold everything: ``roder_threads`` (a row per thread: its folded metadata, last
+sequence and the sequence of its last compaction boundary) and ``roder_events`` (a row per
+journal event). Writes run in transactions of :class:`~roder_api.storekit.WriteBatch`;
+concurrent appends share one transaction and one commit (:class:`GroupCommit`). A subclass
+gives the dialect: how to open a write transaction and a read snapshot, the placeholder,
+the row lock, how to insert many event rows, which errors mean "run it again", and the
+lease.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from roder_api.codec import loads
+from roder_api.errors import RoderError, ThreadNotFoundError
+from roder_api.events import Event, JournalEvent
+from roder_api.storekit._blocking import BlockingThreadStore
+from roder_api.storekit._cursors import decode_cursor, event_page, thread_page
+from roder_api.storekit._fold import replay_after
+from roder_api.storekit._group_commit import GroupCommit
+from roder_api.storekit._write_batch import EventRow, SqlConnection, WriteBatch
+from roder_api.threads import EventPage, ThreadMetadata, ThreadPage
+
+T = TypeVar("T")
+
+_EVENTS = "SELECT sequence, recorded_at_ms, event FROM roder_events WHERE thread_id = ? "
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class _Append:
+    thread_id: str
+    events: list[Event]
+    payloads: list[bytes]
+    expected: int | None
+
+
+class RelationalThreadStore(BlockingThreadStore):
+    """A thread store in a SQL database; subclasses give the dialect (see the module doc).
+
+    Class attributes: ``placeholder`` (``?`` or ``%s``), ``row_lock`` (appended to the
+    query that reads a thread's row in a write transaction: ``" FOR UPDATE"`` where rows
+    are locked, ``""`` where the transaction itself is exclusive), ``no_limit`` (the
+    ``LIMIT`` value meaning "all"), ``size_function`` (bytes of a payload) and
+    ``max_write_attempts`` (how often a write transaction is run again after an error
+    :meth:`is_retryable` accepts; nothing of a failed attempt was committed).
+    """
+
+    placeholder: ClassVar[str] = "?"
+    row_lock: ClassVar[str] = ""
+    no_limit: ClassVar[int | None] = -1
+    size_function: ClassVar[str] = "length"
+    max_write_attempts: ClassVar[int] = 1
+
+    _appends: GroupCommit[_Append, list[JournalEvent]] | None = None
+    _sql_cache: dict[str, str] | None = None
+
+    # --- the dialect ----------------------------------------------------------------------
+
+    @abstractmethod
+    def write_transaction(self) -> AbstractContextManager[SqlConnection]:
+        """Return a context manager: a connection in a write transaction, committed on exit.
+
+        Rolled back when the block raises. Concurrent write transactions of one thread
+        must be ordered (an exclusive transaction, or the ``row_lock``).
+        """
+
+    @abstractmethod
+    def read_transaction(self) -> AbstractContextManager[SqlConnection]:
+        """Return a context manager: a connection reading one consistent snapshot."""
+
+    def is_retryable(self, exc: Exception) -> bool:
+        """Return True for a transient conflict after which the transaction is run again."""
+        return False
+
+    def encode_payload(self, payload: bytes) -> Any:
+        """Return a JSON document (the codec's bytes) as the database column stores it."""
+        return payload
+
+    def insert_events(self, conn: SqlConnection, thread_id: str, rows: Sequence[EventRow]) -> None:
+        """Insert a thread's new event rows (the default: one ``executemany``)."""
+        conn.executemany(
+            self.sql(
+                "INSERT INTO roder_events (thread_id, sequence, recorded_at_ms, event) "
+                "VALUES (?, ?, ?, ?)"
+            ),
+            [(thread_id, sequence, at, payload) for sequence, at, payload in rows],
+        )
+
+    def sql(self, text: str) -> str:
+        """Return ``text`` (written with ``?`` placeholders) in the dialect's placeholders."""
+        if self.placeholder == "?":
+            return text
+        cache = self._sql_cache
+        if cache is None:
+            cache = self._sql_cache = {}
+        converted = cache.get(text)
+        if converted is None:
+            converted = cache[text] = text.replace("?", self.placeholder)
+        return converted
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def write(self, work: Callable[[WriteBatch], T]) -> T:
+        """Return ``work(batch)`` run and committed in one write transaction.
+
+        The batch's changes are flushed before the commit; after an error
+        :meth:`is_retryable` accepts, the whole transaction runs again.
+        """
+        for attempt in range(1, self.max_write_attempts + 1):
+            try:
+                with self.write_transaction() as conn:
+                    batch = WriteBatch(
+                        conn,
+                        sql=self.sql,
+                        row_lock=self.row_lock,
+                        insert_events=self.insert_events,
+                        encode_payload=self.encode_payload,
+                        now_ms=_now_ms,
+                    )
+                    result = work(batch)
+                    batch.flush()
+                    return result
+            except Exception as exc:
+                if attempt == self.max_write_attempts or not self.is_retryable(exc):
+                    raise
+                time.sleep(0.005 * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _append_group(self, items: list[_Append]) -> list[list[JournalEvent] | BaseException]:
+        """Commit a group of appends in one transaction; a refused one fails alone."""
+
+        def work(batch: WriteBatch) -> list[list[JournalEvent] | BaseException]:
+            batch.lock([item.thread_id for item in items])
+            outcomes: list[list[JournalEvent] | BaseException] = []
+            for item in items:
+                try:
+                    outcomes.append(
+                        batch.append(item.thread_id, item.events, item.payloads, item.expected)
+                    )
+                except RoderError as exc:  # checked before any SQL of this append ran
+                    outcomes.append(exc)
+            return outcomes
+
+        return self.write(work)
+
+    async def submit_append(
+        self,
+        thread_id: str,
+        events: list[Event],
+        payloads: list[bytes],
+        expected_last_sequence: int | None,
+    ) -> list[JournalEvent]:
+        """Commit the batch together with the appends that arrive meanwhile (group commit)."""
+        if self._appends is None:
+            self._appends = GroupCommit(self._append_group, limiter=self.limiter)
+        try:
+            return await self._appends.submit(
+                _Append(thread_id, events, payloads, expected_last_sequence)
+            )
+        except Exception as exc:
+            translated = self.translate_error(exc)
+            if translated is None:
+                raise
+            raise translated from exc
+
+    def append_sync(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        payloads: Sequence[bytes],
+        expected_last_sequence: int | None,
+    ) -> list[JournalEvent]:
+        """Append one batch in a transaction of its own."""
+        return self.write(lambda b: b.append(thread_id, events, payloads, expected_last_sequence))
+
+    def create_sync(self, metadata: ThreadMetadata) -> ThreadMetadata:
+        """Create the thread's row."""
+        return self.write(lambda batch: batch.create(metadata))
+
+    def update_sync(self, thread_id: str, changes: dict[str, Any]) -> ThreadMetadata:
+        """Change the thread's title and/or extra."""
+        return self.write(lambda batch: batch.update(thread_id, changes))
+
+    def import_sync(
+        self, thread_id: str, entries: Sequence[JournalEvent], payloads: Sequence[bytes]
+    ) -> None:
+        """Append journal events verbatim."""
+        self.write(lambda batch: batch.import_events(thread_id, entries, payloads))
+
+    def delete_sync(self, thread_id: str) -> None:
+        """Delete the thread and its events."""
+        self.write(lambda batch: batch.delete(thread_id))
+
+    # --- reads ----------------------------------------------------------------------------
+
+    def _row(self, conn: SqlConnection, thread_id: str) -> tuple[int, int, Any]:
+        found = conn.execute(
+            self.sql(
+                "SELECT last_sequence, boundary_sequence, metadata FROM roder_threads "
+                "WHERE thread_id = ?"
+            ),
+            (thread_id,),
+        ).fetchone()
+        if found is None:
+            raise ThreadNotFoundError(thread_id)
+        return int(found[0]), int(found[1]), found[2]
+
+    @staticmethod
+    def _events(rows: Sequence[Any]) -> list[JournalEvent]:
+        return [JournalEvent(int(seq), int(at), loads(raw)) for seq, at, raw in rows]
+
+    def get_sync(self, thread_id: str) -> ThreadMetadata:
+        """Return the thread's metadata."""
+        with self.read_transaction() as conn:
+            metadata: ThreadMetadata = loads(self._row(conn, thread_id)[2])
+        return metadata
+
+    def read_sync(
+        self, thread_id: str, after: int, limit: int | None, replay: bool
+    ) -> list[JournalEvent]:
+        """Return the events above ``after`` (from the last boundary on when ``replay``)."""
+        with self.read_transaction() as conn:
+            _, boundary, _ = self._row(conn, thread_id)
+            if replay:
+                after = max(after, replay_after(boundary))
+            rows = conn.execute(
+                self.sql(_EVENTS + "AND sequence > ? ORDER BY sequence LIMIT ?"),
+                (thread_id, after, self.no_limit if limit is None else limit),
+            ).fetchall()
+        return self._events(rows)
+
+    def page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
+        """Return up to ``limit`` events below ``before``, ascending."""
+        with self.read_transaction() as conn:
+            last, _, _ = self._row(conn, thread_id)
+            if before is None:
+                before = last + 1
+            rows = conn.execute(
+                self.sql(_EVENTS + "AND sequence < ? ORDER BY sequence DESC LIMIT ?"),
+                (thread_id, before, limit),
+            ).fetchall()
+        return event_page(self._events(rows[::-1]), before)
+
+    def list_sync(self, cursor: str | None, limit: int) -> ThreadPage:
+        """Return a page of threads, newest update first."""
+        order = "ORDER BY updated_at_ms DESC, thread_id DESC LIMIT ?"
+        if cursor:
+            updated, after_id = decode_cursor(cursor)
+            query = "SELECT metadata FROM roder_threads WHERE (updated_at_ms, thread_id) < (?, ?) "
+            params: tuple[Any, ...] = (updated, after_id, limit + 1)
+        else:
+            query, params = "SELECT metadata FROM roder_threads ", (limit + 1,)
+        with self.read_transaction() as conn:
+            rows = conn.execute(self.sql(query + order), params).fetchall()
+        return thread_page([loads(raw) for (raw,) in rows], limit)
+
+    def size_sync(self, thread_id: str) -> int:
+        """Return the bytes of the thread's metadata and events as stored."""
+        with self.read_transaction() as conn:
+            _, _, raw = self._row(conn, thread_id)
+            found = conn.execute(
+                self.sql(
+                    f"SELECT coalesce(sum({self.size_function}(event)), 0) FROM roder_events "
+                    "WHERE thread_id = ?"
+                ),
+                (thread_id,),
+            ).fetchone()
+        size = len(raw.encode()) if isinstance(raw, str) else len(raw)
+        return size + (int(found[0]) if found is not None else 0)
+
+
+__all__ = ["RelationalThreadStore"]
