@@ -1,0 +1,92 @@
+"""``Runtime.persist_turn_items`` (one durable batch) and the collector pause of bulk reads."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from pathlib import Path
+
+import pytest
+
+from roder_api.codec import gc_paused
+from roder_api.errors import UnserializableEventError
+from roder_api.extension import ExtensionRegistryBuilder
+from roder_api.testing import ScriptedEngine
+from roder_api.transcript import ProviderMetadata, UserMessage
+from roder_jsonl_thread_store import JsonlThreadStoreFactory
+from roder_runtime import Runtime, RuntimeConfig
+
+
+def _runtime(base: Path) -> Runtime:
+    builder = ExtensionRegistryBuilder()
+    builder.inference_engine(ScriptedEngine())
+    builder.thread_store_factory(JsonlThreadStoreFactory(base))
+    return Runtime(builder.build(), RuntimeConfig())
+
+
+@pytest.mark.anyio
+async def test_persist_turn_items_is_one_atomic_batch(tmp_path: Path) -> None:
+    async with _runtime(tmp_path / "store") as runtime:
+        tid = (await runtime.create_thread()).thread_id
+        items = [UserMessage(f"m{i}") for i in range(5)]
+        entries = await runtime.persist_turn_items(tid, "turn-1", items)
+        assert [e.sequence for e in entries] == [1, 2, 3, 4, 5]
+        bad = [UserMessage("kept?"), ProviderMetadata({"x": object()})]
+        with pytest.raises(UnserializableEventError, match=r"event 1 of this batch: item\.data\.x"):
+            await runtime.persist_turn_items(tid, "turn-2", bad)
+        assert await runtime.persist_turn_items(tid, "turn-2", []) == []
+        snapshot = await runtime.load_thread(tid)
+        assert snapshot is not None and snapshot.items == items
+        assert [t.turn_id for t in snapshot.turns] == ["turn-1"]
+        assert gc.isenabled(), "load_thread left the garbage collector off"
+        assert await runtime.replay_history(tid) == items
+        assert gc.isenabled()
+
+
+def test_gc_paused_nests_and_resumes_once() -> None:
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled(), "an inner holder resumed the collector too early"
+    assert gc.isenabled()
+
+
+def test_gc_paused_leaves_an_application_choice_alone() -> None:
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled(), "the collector was turned on against the application's wish"
+    finally:
+        gc.enable()
+
+
+def test_gc_paused_across_threads_resumes_when_the_last_leaves() -> None:
+    entered = threading.Barrier(3)
+    leave_first = threading.Event()
+    first_left = threading.Event()
+    states: list[bool] = []
+
+    def first() -> None:
+        with gc_paused():
+            entered.wait(timeout=10)
+            leave_first.wait(timeout=10)
+        first_left.set()
+
+    def second() -> None:
+        with gc_paused():
+            entered.wait(timeout=10)
+            leave_first.set()
+            first_left.wait(timeout=10)
+            states.append(gc.isenabled())
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    entered.wait(timeout=10)
+    for thread in threads:
+        thread.join(timeout=10)
+    assert states == [False], "the collector resumed while a holder was still decoding"
+    assert gc.isenabled()
