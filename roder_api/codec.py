@@ -24,9 +24,12 @@ when any embedded part starts with it.
 from __future__ import annotations
 
 import enum
+import gc
 import json
 import math
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
@@ -243,6 +246,44 @@ def loads_json(data: bytes | str) -> Any:
         raise orjson.JSONDecodeError(str(exc) or "nested too deeply", text, 0) from None
 
 
+class _GcPause:
+    """Who holds :func:`gc_paused`, and whether the collector was running when they came."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holders = 0
+        self.disabled_by_us = False
+
+
+_GC_PAUSE = _GcPause()
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while many records are decoded.
+
+    Decoding a long journal allocates a few objects per event, none of them in a cycle;
+    the collector would run again and again over the whole heap meanwhile (measured: half
+    of a 50,000-item ``load_thread``). Reference counting still frees everything. Safe
+    across threads and tasks: the collector resumes when the last holder leaves, and it is
+    left alone when the application had turned it off itself.
+    """
+    pause = _GC_PAUSE
+    with pause.lock:
+        if pause.holders == 0 and gc.isenabled():
+            gc.disable()
+            pause.disabled_by_us = True
+        pause.holders += 1
+    try:
+        yield
+    finally:
+        with pause.lock:
+            pause.holders -= 1
+            if pause.holders == 0 and pause.disabled_by_us:
+                pause.disabled_by_us = False
+                gc.enable()
+
+
 def loads(data: bytes | str) -> Any:
     """Return the object serialised in ``data`` (the inverse of :func:`dumps`)."""
     return from_dict(loads_json(data))
@@ -259,6 +300,7 @@ __all__ = [
     "dumps_list",
     "find_unserializable",
     "from_dict",
+    "gc_paused",
     "loads",
     "loads_json",
     "record_types",

@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 
+from roder_api.codec import gc_paused
 from roder_api.errors import (
     BusyError,
     RoderError,
@@ -188,6 +189,15 @@ class Runtime:
         (entry,) = await self.append_events(thread_id, [ItemCompleted(turn_id, item)])
         return entry
 
+    async def persist_turn_items(
+        self, thread_id: str, turn_id: str, items: Sequence[TranscriptItem]
+    ) -> list[JournalEvent]:
+        """Append completed transcript items to a turn of a thread as one atomic, durable batch.
+
+        The batch form of :meth:`persist_turn_item`: one commit (one sync) for all of them.
+        """
+        return await self.append_events(thread_id, [ItemCompleted(turn_id, i) for i in items])
+
     async def record_usage(
         self, thread_id: str, turn_id: str | None, usage: TokenUsage, *, purpose: str = "turn"
     ) -> JournalEvent:
@@ -198,12 +208,14 @@ class Runtime:
     async def load_thread(self, thread_id: str) -> ThreadSnapshot | None:
         """Return a thread's metadata and whole history by turn, or None when absent."""
         store = await self.store()
-        try:
-            events = await store.read_events(thread_id)
-            metadata = await store.get_thread(thread_id)
-        except ThreadNotFoundError:
-            return None
-        return ThreadSnapshot(metadata, turns_from_events(events))
+        # Decoding many events: the cyclic collector would only slow it down.
+        with gc_paused():
+            try:
+                events = await store.read_events(thread_id)
+                metadata = await store.get_thread(thread_id)
+            except ThreadNotFoundError:
+                return None
+            return ThreadSnapshot(metadata, turns_from_events(events))
 
     async def list_threads(self, cursor: str | None = None, limit: int = 50) -> ThreadPage:
         """Return a page of threads, newest update first."""
@@ -221,9 +233,11 @@ class Runtime:
 
     async def replay_history(self, thread_id: str) -> list[TranscriptItem]:
         """Return the transcript items from the last compaction boundary on."""
-        entries = await (await self.store()).replay_events(thread_id)
-        items = [e.event.item for e in entries if isinstance(e.event, ItemCompleted)]
-        return trim_to_last_compaction_boundary(items)
+        store = await self.store()
+        with gc_paused():
+            entries = await store.replay_events(thread_id)
+            items = [e.event.item for e in entries if isinstance(e.event, ItemCompleted)]
+            return trim_to_last_compaction_boundary(items)
 
     # --- turns -------------------------------------------------------------------------------
 
