@@ -232,3 +232,19 @@ async def test_list_models_reads_the_servers_models(server: LoopbackServer, api_
         1000000,
         64000,
     )
+
+
+async def test_input_that_cannot_fit_the_window_is_refused_before_sending(
+    server: LoopbackServer, api_key: str
+) -> None:
+    from roder_api.transcript import UserMessage
+
+    engine = engine_on(server, models={"claude-test": {"context_window": 2048}})
+    big = request(UserMessage("word " * 4000))  # about 5,000 tokens
+    try:
+        _, failure = await collect_failure(engine.stream_turn(CTX, big))
+    finally:
+        await engine.aclose()
+    assert failure.kind is ProviderFailureKind.CONTEXT_WINDOW_EXCEEDED
+    assert "5000" in failure.message and "2048" in failure.message
+    assert server.requests == []

@@ -59,6 +59,27 @@ MAX_ERROR_BODY = 64 * 1024
 SETTLE_SECONDS = 1.0
 """How long the end of a body is awaited after the stream's last event."""
 
+CHARS_PER_TOKEN_ESTIMATE = 4
+"""Characters per token for the size reported when input is refused as too large."""
+
+CHARS_PER_TOKEN_BOUND = 6
+"""Characters per token for the refusal itself: only input that certainly cannot fit is
+refused (dense text has fewer characters per token, not more)."""
+
+OPAQUE_KEYS = frozenset({"type", "role", "id", "tool_use_id", "signature", "data"})
+"""Message keys whose values are not text the model reads (left out of the size check)."""
+
+
+def text_characters(value: Any) -> int:
+    """Return how many characters of text a request's ``messages`` (or any JSON) hold."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, Mapping):
+        return sum(text_characters(v) for k, v in value.items() if k not in OPAQUE_KEYS)
+    if isinstance(value, list):
+        return sum(text_characters(v) for v in value)
+    return 0
+
 
 def anthropic_tool(tool: ToolSpec) -> dict[str, Any]:
     """Return a tool as a Messages API custom tool."""
@@ -270,6 +291,32 @@ class AnthropicEngine(InferenceEngine):
             return descriptor.max_output_tokens
         return self.settings.max_tokens
 
+    def context_window_for(self, model: str) -> int | None:
+        """Return the model's context window, when configured."""
+        descriptor = self.settings.model_descriptor(model)
+        return (descriptor.context_window if descriptor else None) or self.settings.context_window
+
+    def check_fits(self, body: Mapping[str, Any]) -> None:
+        """Raise ``CONTEXT_WINDOW_EXCEEDED`` for a request that cannot fit the model's window.
+
+        Nothing is sent (and the runtime does not retry): with compaction configured the
+        server could compact, so then the request always goes out.
+        """
+        model = str(body["model"])
+        window = self.context_window_for(model)
+        if not window or self.compact_threshold_for(model) is not None:
+            return
+        characters = text_characters(body["messages"]) + len(str(body.get("system") or ""))
+        if characters // CHARS_PER_TOKEN_BOUND <= window:
+            return
+        estimate = -(-characters // CHARS_PER_TOKEN_ESTIMATE)
+        raise ProviderFailure(
+            ProviderFailureKind.CONTEXT_WINDOW_EXCEEDED,
+            f"the request is about {estimate} tokens ({characters} characters of text), more "
+            f"than the context window of model {model!r} ({window} tokens); nothing was sent. "
+            "Shorten the message, or compact or start a new thread",
+        )
+
     def compact_threshold_for(self, model: str) -> int | None:
         """Return the in-turn compaction trigger in tokens (None: no in-turn compaction)."""
         threshold = self.settings.compact_threshold
@@ -331,6 +378,7 @@ class AnthropicEngine(InferenceEngine):
     ) -> AsyncIterator[InferenceEvent]:
         """Yield the events of one streamed ``POST /v1/messages`` call."""
         body, betas = self.request_body(ctx, request)
+        self.check_fits(body)
         async with aclosing(self.stream_messages(body, betas)) as events:
             async for event in events:
                 yield event
