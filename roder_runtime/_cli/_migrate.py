@@ -373,6 +373,9 @@ async def migrate_command(args: argparse.Namespace) -> int:
     target_id, target_settings = parse_store_spec(args.target, args.to_option)
     if (source_id, source_settings) == (target_id, target_settings):
         raise CommandError("--from and --to name the same store", EXIT_USAGE)
+    # Only read the source: stores that support it open read-only (which implies that the
+    # store must already exist); an explicit --from-option read_only=... wins.
+    source_settings.setdefault("read_only", True)
     source_factory = build_factory(source_id, source_settings)
     # Before anything opens a store: opening a missing one would create it.
     await require_existing_source(source_factory, source_settings)
