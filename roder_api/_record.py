@@ -204,6 +204,47 @@ def _compile_decoder(cls: type[Record]) -> Callable[[Mapping[str, Any]], Any]:
     return decode
 
 
+def record_builder(cls: type[Record]) -> Callable[..., Any]:
+    """Return a fast positional constructor of ``cls``: its codec fields in order, no checks.
+
+    For readers that build many records from trusted parts (a journal event from the
+    sequence, time and event a store decoded): it fills the slots as ``__init__`` would,
+    with ``unknown_fields`` empty. Falls back to the class itself when that is not possible.
+    """
+    names = cls._codec_fields
+    if "__post_init__" in dir(cls) or not names:
+        return cls  # pragma: no cover - none today
+    setters = [_slot_setter(cls, name) for name in names]
+    set_unknown = _slot_setter(cls, "unknown_fields")
+    new = object.__new__
+    if len(setters) == 3:
+        first, second, third = setters
+
+        def build3(a: Any, b: Any, c: Any) -> Any:
+            obj = new(cls)
+            first(obj, a)
+            second(obj, b)
+            third(obj, c)
+            set_unknown(obj, {})
+            return obj
+
+        return build3
+
+    def build(*values: Any) -> Any:
+        obj = new(cls)
+        for setter, value in zip(setters, values, strict=True):
+            setter(obj, value)
+        set_unknown(obj, {})
+        return obj
+
+    return build
+
+
+def record_decoders() -> Mapping[str, Callable[[Mapping[str, Any]], Any]]:
+    """Return the live table of decoders by type tag (what :func:`from_dict` dispatches on)."""
+    return _DECODERS
+
+
 def record_types() -> Mapping[str, type[Record]]:
     """Return the registered record classes by type tag."""
     return dict(_REGISTRY)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from roder_api import codec
 from roder_api.errors import UnserializableEventError
-from roder_api.events import ItemCompleted
+from roder_api.events import ItemCompleted, JournalEvent
 from roder_api.testing._conformance_values import nested
 from roder_api.transcript import ProviderMetadata, UserMessage
 
@@ -106,3 +106,22 @@ def test_bad_exact_json_is_a_decode_error() -> None:
         codec.loads_json(b" [1,")
     with pytest.raises(orjson.JSONDecodeError):
         codec.loads_json(b" NaN")
+
+
+def test_journal_events_equal_what_the_constructor_builds() -> None:
+    events = [
+        ItemCompleted("t", UserMessage("a")),
+        ItemCompleted("t", ProviderMetadata({"n": 2**70, "s": "\ud800"})),
+        ItemCompleted("t", UserMessage("b"), unknown_fields={"future": 1}),
+    ]
+    rows = [(i + 1, 1000 + i, data) for i, data in enumerate(codec.dumps_each(events))]
+    rows.append((9, 2000, codec.dumps_each(events[:1])[0].decode()))  # text columns too
+    built = codec.journal_events(rows)
+    expected = [JournalEvent(seq, at, codec.loads(raw)) for seq, at, raw in rows]
+    assert built == expected
+    assert [codec.to_dict(e) for e in built] == [codec.to_dict(e) for e in expected]
+    assert all(type(e) is JournalEvent and e.unknown_fields == {} for e in built)
+    assert built[1].event.item.data == {"n": 2**70, "s": "\ud800"}
+    import gc
+
+    assert gc.isenabled()

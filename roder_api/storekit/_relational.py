@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from roder_api.codec import loads
+from roder_api.codec import journal_events, loads
 from roder_api.errors import RoderError, ThreadNotFoundError
 from roder_api.events import Event, JournalEvent
 from roder_api.storekit._blocking import BlockingThreadStore
@@ -218,7 +218,7 @@ class RelationalThreadStore(BlockingThreadStore):
 
     @staticmethod
     def _events(rows: Sequence[Any]) -> list[JournalEvent]:
-        return [JournalEvent(int(seq), int(at), loads(raw)) for seq, at, raw in rows]
+        return journal_events(rows)
 
     def get_sync(self, thread_id: str) -> ThreadMetadata:
         """Return the thread's metadata."""

@@ -15,7 +15,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from roder_api.codec import dumps, dumps_each, from_dict, loads_json
+from roder_api.codec import dumps, dumps_each, from_dict, journal_events, loads_json
 from roder_api.errors import (
     SequenceConflictError,
     StoppedError,
@@ -83,7 +83,7 @@ def _decode_metadata(raw: bytes) -> ThreadMetadata:
 
 
 def _decode(rows: Sequence[tuple[int, int, bytes]]) -> list[JournalEvent]:
-    return [JournalEvent(seq, at, from_dict(loads_json(raw))) for seq, at, raw in rows]
+    return journal_events(rows)
 
 
 class MemoryThreadStore(ThreadStore):
