@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,14 @@ from roder_api.testing.conformance import InferenceEngineConformance, ThreadStor
 from roder_api.threads import (
     UNSET,
     EventPage,
+    ThreadLease,
     ThreadMetadata,
     ThreadPage,
     ThreadStore,
     check_expected,
 )
 from roder_jsonl_thread_store import JsonlThreadStore
+from roder_sqlite_thread_store import SqliteThreadStore, SqliteThreadStoreFactory
 
 pytestmark = pytest.mark.anyio
 
@@ -142,6 +145,82 @@ async def test_kit_fails_a_store_whose_conditional_append_races() -> None:
         await kit.test_conditional_append(UncheckedConditionalStore())
     await kit.test_concurrent_conditional_appends(MemoryThreadStore())
     await kit.test_conditional_append(MemoryThreadStore())
+
+
+class RacySqliteStore(SqliteThreadStore):
+    """A deliberately broken SQLite store: the conditional check runs outside the write."""
+
+    async def submit_append(
+        self,
+        thread_id: str,
+        events: list[Event],
+        payloads: list[bytes],
+        expected_last_sequence: int | None,
+    ) -> list[JournalEvent]:
+        if expected_last_sequence is not None:
+            last = (await self.get_thread(thread_id)).last_sequence
+            check_expected(thread_id, expected_last_sequence, last)
+            await anyio.sleep(0.005)  # other work, as a real store would do here
+        # The bug: another process can append between the check above and this write.
+        return await super().submit_append(thread_id, events, payloads, None)
+
+
+class RacySqliteFactory(SqliteThreadStoreFactory):
+    """Opens :class:`RacySqliteStore` (picklable: the kit's children open it too)."""
+
+    async def open(self) -> SqliteThreadStore:
+        store = await super().open()
+        racy = RacySqliteStore(self.path, durability=self.durability)
+        await store.aclose()
+        return racy
+
+
+class ProcessLocalLeaseSqliteStore(SqliteThreadStore):
+    """A deliberately broken SQLite store: its leases hold within one store object only."""
+
+    def lease(self, thread_id: str, *, owner: str) -> AbstractAsyncContextManager[ThreadLease]:
+        return ThreadStore.lease(self, thread_id, owner=owner)
+
+
+class ProcessLocalLeaseFactory(SqliteThreadStoreFactory):
+    """Opens :class:`ProcessLocalLeaseSqliteStore`."""
+
+    async def open(self) -> SqliteThreadStore:
+        store = await super().open()
+        await store.aclose()
+        return ProcessLocalLeaseSqliteStore(self.path)
+
+
+async def test_kit_fails_a_store_whose_check_and_write_race_across_processes(
+    tmp_path: Path,
+) -> None:
+    kit = ThreadStoreConformance()
+    broken = RacySqliteFactory(tmp_path / "racy.sqlite3")
+    store = await broken.open()
+    try:
+        with pytest.raises(AssertionError, match="not one step across processes"):
+            await kit.test_conditional_appends_from_two_processes(store, broken, tmp_path)
+    finally:
+        await store.aclose()
+    good = SqliteThreadStoreFactory(tmp_path / "good.sqlite3")
+    store = await good.open()
+    try:
+        await kit.test_conditional_appends_from_two_processes(store, good, tmp_path)
+    finally:
+        await store.aclose()
+
+
+async def test_kit_fails_a_store_whose_lease_holds_in_one_object(tmp_path: Path) -> None:
+    kit = ThreadStoreConformance()
+    broken = ProcessLocalLeaseFactory(tmp_path / "leases.sqlite3")
+    store = await broken.open()
+    try:
+        with pytest.raises(AssertionError, match="a second holder got the lease"):
+            await kit.test_lease_is_held_by_one_holder(store, broken)
+        with pytest.raises(AssertionError, match="given while a child held it"):
+            await kit.test_lease_across_processes(store, broken, tmp_path)
+    finally:
+        await store.aclose()
 
 
 def test_kit_run_by_pytest_reports_the_broken_rules(tmp_path: Path) -> None:

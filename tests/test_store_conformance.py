@@ -46,3 +46,16 @@ class TestThreadStoreConformance(ThreadStoreConformance):
     ) -> ThreadStoreFactory:
         """Use the module's parametrized factory."""
         return thread_store_factory
+
+    def read_only_factory(self, factory: ThreadStoreFactory) -> ThreadStoreFactory | None:
+        """Open SQLite and PostgreSQL stores read-only (their ``read_only`` option)."""
+        if isinstance(factory, SqliteThreadStoreFactory):
+            return SqliteThreadStoreFactory(factory.path, read_only=True)
+        if type(factory).__name__ == "PostgresThreadStoreFactory":
+            from roder_postgres_thread_store import PostgresThreadStoreFactory
+
+            assert isinstance(factory, PostgresThreadStoreFactory)
+            return PostgresThreadStoreFactory(
+                factory.dsn, schema=factory.schema, max_size=2, read_only=True
+            )
+        return None

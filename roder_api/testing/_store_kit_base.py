@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
@@ -34,6 +35,33 @@ class StoreKitBase:
 
     large_event_bytes: ClassVar[int] = 1 << 20
     """The size of the large event the store must keep exactly (1 MiB)."""
+
+    cross_process_appends: ClassVar[int] = 40
+    """How many conditional appends each of the two child processes makes."""
+
+    lease_release_timeout_s: ClassVar[float] = 15.0
+    """How long a SIGKILLed holder's lease may take to be free again."""
+
+    def child_process_factory(self, factory: ThreadStoreFactory) -> ThreadStoreFactory | None:
+        """Return a picklable factory that opens the same store in another process.
+
+        The cross-process checks pickle it into child processes (which get this process's
+        import path). The default is ``factory`` itself when it pickles, else None: the
+        cross-process checks are then skipped (a store that lives in one process).
+        """
+        try:
+            pickle.dumps(factory)
+        except Exception:  # noqa: BLE001 - whatever pickling raises means "cannot share"
+            return None
+        return factory
+
+    def read_only_factory(self, factory: ThreadStoreFactory) -> ThreadStoreFactory | None:
+        """Return a factory that opens the same store read-only, or None (the default).
+
+        When given, the kit checks that such a store reads everything and that every
+        write raises ``StoreError``.
+        """
+        return None
 
     @pytest.fixture(params=backends())
     def anyio_backend(self, request: pytest.FixtureRequest) -> str:

@@ -36,18 +36,24 @@ from roder_api.testing._kit_support import (
 )
 from roder_api.testing._store_checks_conditional import ConditionalAppendChecks
 from roder_api.testing._store_checks_journal import JournalChecks
+from roder_api.testing._store_checks_processes import ProcessChecks
 from roder_api.testing._store_checks_threads import ThreadChecks
 
 
 class ThreadStoreConformance(
-    JournalChecks, ThreadChecks, ConditionalAppendChecks, ThreadStoreValueConformance
+    JournalChecks,
+    ThreadChecks,
+    ConditionalAppendChecks,
+    ProcessChecks,
+    ThreadStoreValueConformance,
 ):
     """The thread-store conformance kit: subclass it and override ``thread_store_factory``.
 
     The factory fixture must return a :class:`~roder_api.threads.ThreadStoreFactory` whose
     stores start empty for each test and whose ``open()`` may be called several times (a
     reopen, or two store objects on the same data at once). Class attributes tune the load
-    of the concurrency checks.
+    of the concurrency checks; :meth:`child_process_factory` and :meth:`read_only_factory`
+    say how to open the same store in a child process and read-only.
     """
 
 
