@@ -76,7 +76,7 @@ async def session_turn(directory: Path, count: int, durability: str) -> dict[str
             delivered = 0
             text_length = 0
             start = time.perf_counter()
-            session.submit(UserInput("go"))
+            await session.submit(UserInput("go"))
             while True:
                 event = (await session.next_event()).event
                 if isinstance(event, AssistantContentDelta):

@@ -18,6 +18,56 @@ class ContentPhase(str, enum.Enum):
     FINAL_ANSWER = "final_answer"
 
 
+class _Word(str, enum.Enum):
+    """A ``str`` enum that prints as its value (the word journaled on disk)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class UsagePurpose(_Word):
+    """What billed tokens were spent on (``UsageUpdated.purpose``)."""
+
+    TURN = "turn"
+    COMPACTION = "compaction"
+    DISCARDED_COMPACTION = "discarded_compaction"
+
+
+class CompactionMode(_Word):
+    """How a compaction makes its boundary: the engine's own, or a model-written summary."""
+
+    NATIVE = "native"
+    SUMMARY = "summary"
+
+
+class DiscardReason(_Word):
+    """Why a candidate compaction boundary was discarded (``CompactionDiscarded.reason``)."""
+
+    DISCONNECTED = "disconnected"
+    FAILED = "failed"
+    CONFLICTING_BOUNDARY = "conflicting_boundary"
+    TOOL_CALL = "tool_call"
+    NO_BOUNDARY = "no_boundary"
+    NOT_COMPLETED = "not_completed"
+    PREEMPTED = "preempted"
+    CONFLICT = "conflict"
+    INTERRUPTED = "interrupted"
+
+
+class AbortReason(_Word):
+    """Why a turn ended early (``TurnAborted.reason``)."""
+
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+    CLOSED = "closed"
+    RUNTIME_CLOSED = "runtime_closed"
+    PROCESS_EXITED = "process_exited"
+    TIMEOUT = "timeout"
+
+
 def _usage(value: Any) -> TokenUsage:
     return value if isinstance(value, TokenUsage) else from_dict(value)
 
@@ -62,20 +112,21 @@ class ItemCompleted(Record):
 @register("usage_updated", usage=_usage)
 @dataclass(frozen=True, slots=True)
 class UsageUpdated(Record):
-    """Tokens billed; ``purpose`` is ``turn``, ``compaction`` or ``discarded_compaction``."""
+    """Tokens billed; ``purpose`` is a :class:`UsagePurpose` (``turn``, ``compaction`` or
+    ``discarded_compaction``), kept as a plain string when read back."""
 
     turn_id: str | None
     usage: TokenUsage
-    purpose: str = "turn"
+    purpose: str = UsagePurpose.TURN
 
 
 @register("compaction_started")
 @dataclass(frozen=True, slots=True)
 class CompactionStarted(Record):
-    """A compaction began; ``mode`` is ``native`` or ``summary``."""
+    """A compaction began; ``mode`` is a :class:`CompactionMode` (``native`` or ``summary``)."""
 
     turn_id: str | None = None
-    mode: str = "native"
+    mode: str = CompactionMode.NATIVE
 
 
 @register("compaction_committed")
@@ -84,7 +135,7 @@ class CompactionCommitted(Record):
     """A compaction boundary was committed (journaled with its ``ItemCompleted``)."""
 
     turn_id: str | None = None
-    mode: str = "native"
+    mode: str = CompactionMode.NATIVE
 
 
 @register("compaction_discarded")
@@ -92,8 +143,9 @@ class CompactionCommitted(Record):
 class CompactionDiscarded(Record):
     """A candidate boundary was discarded; the history is unchanged.
 
-    ``reason`` is one of ``disconnected``, ``failed``, ``conflicting_boundary``,
-    ``tool_call``, ``no_boundary``, ``not_completed``, ``preempted``.
+    ``reason`` is a :class:`DiscardReason`: ``disconnected``, ``failed``,
+    ``conflicting_boundary``, ``tool_call``, ``no_boundary``, ``not_completed``,
+    ``preempted``, ``conflict`` (the journal moved on meanwhile) or ``interrupted``.
     """
 
     reason: str
@@ -164,11 +216,29 @@ class TurnComplete(Record):
 @register("turn_aborted")
 @dataclass(frozen=True, slots=True)
 class TurnAborted(Record):
-    """A turn ended early (``interrupted``, ``failed``, ``closed``, ``process_exited``,
-    ``timeout``)."""
+    """A turn ended early; ``reason`` is an :class:`AbortReason` (``interrupted``,
+    ``failed``, ``closed``, ``runtime_closed``, ``process_exited``, ``timeout``)."""
 
     turn_id: str
     reason: str
+
+
+@register("input_accepted")
+@dataclass(frozen=True, slots=True)
+class InputAccepted(Record):
+    """User input a session accepted before it could become part of a turn's transcript.
+
+    Journaled before ``Session.submit`` returns when the input cannot be journaled as a
+    ``UserMessage`` at once: a turn is running (a queued ``UserInput``, or a ``Steer`` —
+    ``steer`` True), or the turn compacts first. ``turn_id`` is the turn the input starts or
+    steers. It is answered once a ``UserMessage`` with its text is journaled in that turn; a
+    session that opens on a thread with unanswered input runs it (or, for a turn that died,
+    journals it into that turn before closing it).
+    """
+
+    turn_id: str
+    text: str
+    steer: bool = False
 
 
 Event: TypeAlias = (
@@ -187,6 +257,7 @@ Event: TypeAlias = (
     | ErrorEvent
     | TurnComplete
     | TurnAborted
+    | InputAccepted
 )
 """Any session event."""
 
@@ -206,6 +277,7 @@ EVENT_TYPES: tuple[type[Record], ...] = (
     ErrorEvent,
     TurnComplete,
     TurnAborted,
+    InputAccepted,
 )
 """The classes of :data:`Event`, for ``isinstance`` checks."""
 
@@ -226,14 +298,18 @@ def is_boundary_event(event: object) -> bool:
 
 
 __all__ = [
+    "AbortReason",
     "AssistantContentDelta",
     "CompactionCommitted",
     "CompactionDiscarded",
+    "CompactionMode",
     "CompactionStarted",
     "ContentPhase",
+    "DiscardReason",
     "EVENT_TYPES",
     "ErrorEvent",
     "Event",
+    "InputAccepted",
     "ItemCompleted",
     "JournalEvent",
     "ModelStepStarted",
@@ -243,6 +319,7 @@ __all__ = [
     "TurnAborted",
     "TurnComplete",
     "TurnStarted",
+    "UsagePurpose",
     "UsageUpdated",
     "WarningEvent",
     "is_boundary_event",

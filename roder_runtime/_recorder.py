@@ -3,8 +3,8 @@
 A session records its events here. The recorder
 
 - accepts an event synchronously (:meth:`EventRecorder.record`) or refuses it with
-  ``RecorderError("event recorder queue is full")`` when its queue is full by count or by
-  bytes; everything accepted before a refusal is still persisted and delivered, in order;
+  ``RecorderFullError("event recorder queue is full")`` when its queue is full by count or
+  by bytes; everything accepted before a refusal is still persisted and delivered, in order;
 - persists accepted events in the background, batching what has queued up into one
   ``append_events`` call (one durable write for many events), and only then hands them to
   the consumer (:meth:`EventRecorder.next_event`);
@@ -13,6 +13,9 @@ A session records its events here. The recorder
   once, later ones wait in a pending batch that any other event, a phase or step change, a
   full batch or a timer flushes first; a delta is never split and one larger than the limit
   passes whole;
+- appends a batch of its caller's at once, in order with everything recorded before it and
+  conditionally if asked (:meth:`EventRecorder.append_now`: a compaction's commit, closing
+  a dead turn), and delivers it like any other;
 - stops for good when persisting fails: nothing more is delivered, and ``flush()``,
   ``next_event()`` and ``record()`` raise a ``RecorderError`` whose ``__cause__`` is the
   store's error.
@@ -25,13 +28,14 @@ everything recorded before it (backpressure).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 
 from roder_api.codec import dumps
-from roder_api.errors import RecorderError, StoppedError
+from roder_api.errors import RecorderError, RecorderFullError, SequenceConflictError, StoppedError
 from roder_api.events import AssistantContentDelta, ContentPhase, Event, JournalEvent
 
 COALESCE_BYTES = 16 * 1024
@@ -41,13 +45,21 @@ COALESCE_SECONDS = 0.040
 """How long a pending batch of text waits for more before it is persisted."""
 
 QUEUE_FULL = "event recorder queue is full"
-"""The message of the ``RecorderError`` a full recorder refuses an event with."""
+"""The message of the ``RecorderFullError`` a full recorder refuses an event with."""
 
 _DELTA_OVERHEAD = 96
 """Bytes counted for a delta's envelope (type tag, ids, phase) on top of its text."""
 
-Append = Callable[[Sequence[Event]], Awaitable[list[JournalEvent]]]
-"""Append events to the thread's journal as one atomic, durable batch."""
+
+class Append(Protocol):
+    """Append events to the thread's journal as one atomic, durable batch."""
+
+    async def __call__(
+        self, events: Sequence[Event], *, expected_last_sequence: int | None = None
+    ) -> list[JournalEvent]:
+        """Return the events as journaled (conditionally on ``expected_last_sequence``)."""
+        ...
+
 
 StreamKey = tuple[str, str, ContentPhase]
 
@@ -139,6 +151,7 @@ class EventRecorder:
         self._discard_undelivered = False
         self._writer_wake = _Signal()
         self._progress = _Signal()
+        self._append_lock = anyio.Lock()
         self.batches = 0
         """How many ``append`` calls persisted events (for benchmarks and tests)."""
 
@@ -178,8 +191,8 @@ class EventRecorder:
     def record(self, event: Event, *, room_checked: bool = False) -> None:
         """Accept ``event`` for persisting and delivery, or refuse it.
 
-        Raised ``RecorderError("event recorder queue is full")`` when the queue is full by
-        count or by bytes (nothing of ``event`` is kept); ``RecorderError`` (with the
+        Raised ``RecorderFullError("event recorder queue is full")`` when the queue is full
+        by count or by bytes (nothing of ``event`` is kept); ``RecorderError`` (with the
         store's error as ``__cause__``) after a failure; ``StoppedError`` once closed.
         ``room_checked``: the caller made sure of room with :meth:`has_room` for a group of
         events it records together, so none of them is refused.
@@ -190,7 +203,7 @@ class EventRecorder:
             return
         size = event_size(event)
         if not room_checked and not self.has_room(1, size):
-            raise RecorderError(QUEUE_FULL)
+            raise RecorderFullError(QUEUE_FULL)
         self._flush_pending()
         self._last_stream = None
         self._enqueue(event, size)
@@ -207,14 +220,14 @@ class EventRecorder:
         ):
             # Merged text costs only its own bytes: the envelope is already counted.
             if not room_checked and not self.has_room(0, text_bytes):
-                raise RecorderError(QUEUE_FULL)
+                raise RecorderFullError(QUEUE_FULL)
             pending.parts.append(event.delta)
             pending.text_bytes += text_bytes
             pending.size += text_bytes
             self._n.size += text_bytes
             return
         if not room_checked and not self.has_room(1, size):
-            raise RecorderError(QUEUE_FULL)
+            raise RecorderFullError(QUEUE_FULL)
         self._flush_pending()
         if key != self._last_stream or text_bytes > self.coalesce_bytes:
             # The first delta of a stream goes out at once; an oversized one passes whole.
@@ -253,7 +266,8 @@ class EventRecorder:
                 if pending is not None and anyio.current_time() >= pending.deadline:
                     self._flush_pending()
                 if self._to_persist:
-                    await self._persist_batch()
+                    async with self._append_lock:
+                        await self._persist_batch()
                     if self._failure is not None:
                         return
                     continue
@@ -296,6 +310,47 @@ class EventRecorder:
             for entry, (_, size) in zip(entries, batch, strict=True):
                 self._to_deliver.append((entry, size))
         self._progress.notify()
+
+    async def append_now(
+        self, events: Sequence[Event], *, expected_last_sequence: int | None = None
+    ) -> list[JournalEvent]:
+        """Append ``events`` now, after everything recorded before; deliver them; return them.
+
+        With ``expected_last_sequence`` the append is conditional: ``SequenceConflictError``
+        (nothing written, the recorder goes on) when the journal's last event is another.
+        Any other failure stops the recorder, as for its own batches.
+        """
+        self._check_open()
+        async with self._append_lock:
+            self._flush_pending()
+            if self._to_persist:
+                await self._persist_batch()
+            if self._failure is not None:
+                raise self._stopped_error()
+            try:
+                entries = await self._append(events, expected_last_sequence=expected_last_sequence)
+            except SequenceConflictError:
+                raise
+            except Exception as exc:
+                self._fail(exc)
+                raise self._stopped_error() from exc
+            except BaseException:
+                self._fail(RecorderError("the event recorder was cancelled while persisting"))
+                raise
+            self.batches += 1
+            sizes = [event_size(event) for event in events]
+            self._n.count += len(entries)
+            self._n.size += sum(sizes)
+            self._n.queued += len(entries)
+            self._n.persisted += len(entries)
+            self._last_stream = None
+            if self._discard_undelivered:
+                self._release(sum(sizes), len(entries))
+                self._n.delivered += len(entries)
+            else:
+                self._to_deliver.extend(zip(entries, sizes, strict=True))
+            self._progress.notify()
+            return entries
 
     def fail(self, exc: BaseException) -> None:
         """Stop the recorder because of ``exc``: nothing more is accepted or delivered."""

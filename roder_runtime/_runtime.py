@@ -6,25 +6,26 @@ import functools
 import os
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
 
 from roder_api.codec import gc_paused
 from roder_api.errors import (
-    BusyError,
     RoderError,
     StoppedError,
     ThreadNotFoundError,
     UnknownThreadStoreError,
 )
 from roder_api.events import (
+    AbortReason,
     Event,
     ItemCompleted,
     JournalEvent,
     TurnAborted,
     TurnComplete,
+    UsagePurpose,
     UsageUpdated,
 )
 from roder_api.extension import ExtensionRegistry, ExtensionRegistryBuilder
@@ -39,16 +40,21 @@ from roder_api.threads import (
     turns_from_events,
     validate_thread_id,
 )
-from roder_api.transcript import TranscriptItem, trim_to_last_compaction_boundary
-from roder_runtime import _compaction
-from roder_runtime._compaction import CompactionResult, PreemptSignal
+from roder_api.transcript import TranscriptItem
+from roder_runtime._catalog import DEFAULT_ENGINE, ModelCatalog
+from roder_runtime._compaction import CompactionResult, compact
 from roder_runtime._config import RuntimeConfig, load_config
+from roder_runtime._estimates import sum_usage_by_purpose
 from roder_runtime._guards import open_store
+from roder_runtime._journal import ThreadJournal
+from roder_runtime._model_call import PreemptSignal
 from roder_runtime._session import Session, SessionStart
-from roder_runtime._turns import Emit, new_id
+from roder_runtime._turns import new_id
 
-DEFAULT_ENGINE = "scripted"
-"""The engine used when no ``default_engine`` is configured."""
+__all__ = ["DEFAULT_ENGINE", "Emit", "Runtime", "load_registry"]
+
+Emit = Callable[[Sequence[Event]], Awaitable[None]]
+"""Receive (deliver) a batch of events, in order, after they were persisted."""
 
 
 def load_registry(config: RuntimeConfig) -> ExtensionRegistry:
@@ -66,6 +72,7 @@ class Runtime:
 
     Use ``async with Runtime(registry, config)`` or call ``aclose()``. The store is opened on
     first use. A runtime made by :meth:`from_config` owns its registry and closes it.
+    ``name`` is what a thread's lease says holds it (``roder chat``, your service's name).
     """
 
     def __init__(
@@ -74,14 +81,18 @@ class Runtime:
         config: RuntimeConfig | None = None,
         *,
         owns_registry: bool = False,
+        name: str = "roder",
     ) -> None:
         self.registry = registry
         self.config = config if config is not None else RuntimeConfig()
+        self.catalog = ModelCatalog(registry, self.config)
+        """The engines, their default models and context windows (what turns need)."""
+        self.name = name
         self._owns_registry = owns_registry
         self._store: ThreadStore | None = None
         self._store_lock = anyio.Lock()
         self._closed = False
-        self._sessions: set[str] = set()
+        self._sessions: set[Session] = set()
 
     @classmethod
     def from_config(
@@ -145,13 +156,26 @@ class Runtime:
 
     def engine(self, engine_id: str | None = None) -> InferenceEngine:
         """Return the engine ``engine_id``, or the default engine (``scripted`` when unset)."""
-        return self.registry.inference_engine(
-            engine_id or self.config.default_engine or DEFAULT_ENGINE
-        )
+        return self.catalog.engine(engine_id)
 
     def default_model(self, engine: InferenceEngine) -> str:
         """Return the configured default model, or a name derived from the engine."""
-        return self.config.default_model or f"{engine.id}-default"
+        return self.catalog.default_model(engine)
+
+    async def journal(self, thread_id: str) -> ThreadJournal:
+        """Return the journal of one thread on the open store, each call bounded in time.
+
+        The bound is ``turn_timeout_s`` (a default of two minutes when unset); a store that
+        does not answer in time fails the call with a ``StoreError`` naming it.
+        """
+        store = await self.store()
+        factory_id = getattr(self.thread_store_factory(), "id", "?")
+        return ThreadJournal(
+            store,
+            validate_thread_id(thread_id),
+            store_name=f"thread store {factory_id!r}",
+            timeout_s=self.config.turn_timeout_s,
+        )
 
     # --- threads -----------------------------------------------------------------------------
 
@@ -178,9 +202,24 @@ class Runtime:
         """Return a thread's metadata; raise ``ThreadNotFoundError`` when absent."""
         return await (await self.store()).get_thread(thread_id)
 
-    async def append_events(self, thread_id: str, events: Sequence[Event]) -> list[JournalEvent]:
-        """Append events to a thread's journal as one atomic, durable batch."""
-        return await (await self.store()).append_events(thread_id, events)
+    async def append_events(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        *,
+        expected_last_sequence: int | None = None,
+    ) -> list[JournalEvent]:
+        """Append events to a thread's journal as one atomic, durable batch.
+
+        With ``expected_last_sequence=N`` only if the thread's last event is still sequence
+        N (0: it has none); otherwise ``SequenceConflictError`` and nothing is written.
+        """
+        store = await self.store()
+        if expected_last_sequence is None:
+            return await store.append_events(thread_id, events)
+        return await store.append_events(
+            thread_id, events, expected_last_sequence=expected_last_sequence
+        )
 
     async def persist_turn_item(
         self, thread_id: str, turn_id: str, item: TranscriptItem
@@ -199,7 +238,12 @@ class Runtime:
         return await self.append_events(thread_id, [ItemCompleted(turn_id, i) for i in items])
 
     async def record_usage(
-        self, thread_id: str, turn_id: str | None, usage: TokenUsage, *, purpose: str = "turn"
+        self,
+        thread_id: str,
+        turn_id: str | None,
+        usage: TokenUsage,
+        *,
+        purpose: str = UsagePurpose.TURN,
     ) -> JournalEvent:
         """Bill ``usage`` to a thread (``purpose``: turn, compaction, discarded_compaction)."""
         (entry,) = await self.append_events(thread_id, [UsageUpdated(turn_id, usage, purpose)])
@@ -233,49 +277,48 @@ class Runtime:
 
     async def replay_history(self, thread_id: str) -> list[TranscriptItem]:
         """Return the transcript items from the last compaction boundary on."""
-        store = await self.store()
-        with gc_paused():
-            entries = await store.replay_events(thread_id)
-            items = [e.event.item for e in entries if isinstance(e.event, ItemCompleted)]
-            return trim_to_last_compaction_boundary(items)
+        return await (await self.journal(thread_id)).replay_history()
 
     # --- turns -------------------------------------------------------------------------------
 
     def start_session(
-        self, thread_id: str, *, engine: str | None = None, model: str | None = None
+        self,
+        thread_id: str,
+        *,
+        engine: str | None = None,
+        model: str | None = None,
+        owner: str | None = None,
     ) -> SessionStart:
         """Return a running session on a thread (``engine``: an engine id, default the default).
 
-        Await it (``session = await runtime.start_session(id)``, then ``aclose()``) or use it
-        as ``async with runtime.start_session(id) as session:``. Open and close a session in
-        the same task: its background tasks live in an anyio task group.
-
-        A turn that a dead process left running is closed first with
-        ``TurnAborted(turn_id, "process_exited")``. One session per thread at a time in a
-        runtime: raise ``BusyError`` while another is open, ``ThreadNotFoundError`` when the
-        thread does not exist.
+        Use it as ``async with runtime.start_session(id) as session:`` (preferred), or await
+        it (``session = await runtime.start_session(id)``, then ``aclose()``); open and close
+        a session in the same task. The session holds the thread's lease until it closes
+        (``owner``, default the runtime's ``name``, is what the lease says holds it): a second
+        session on the thread — here, in another process or on another machine — raises
+        ``ThreadBusyError`` naming the holder. ``ThreadNotFoundError`` when the thread does
+        not exist. A turn that a dead process left running is closed first with
+        ``TurnAborted(turn_id, "process_exited")``.
         """
-        return SessionStart(self._start_session(thread_id, engine, model))
+        return SessionStart(self._open_session(thread_id, engine, model, owner or self.name))
 
-    async def _start_session(
-        self, thread_id: str, engine: str | None, model: str | None
+    async def _open_session(
+        self, thread_id: str, engine: str | None, model: str | None, owner: str
     ) -> Session:
         chosen = self.engine(engine)
         model_id = model or self.default_model(chosen)
         await self.get_thread(thread_id)
-        if thread_id in self._sessions:
-            raise BusyError(
-                f"thread {thread_id!r} already has an open session in this runtime; close it first"
-            )
+        journal = await self.journal(thread_id)
         session = Session(
-            self, thread_id, chosen, model_id, on_close=lambda: self._sessions.discard(thread_id)
+            journal=journal,
+            catalog=self.catalog,
+            engine=chosen,
+            model=model_id,
+            lease=journal.store.lease(thread_id, owner=owner),
+            on_close=self._sessions.discard,
         )
-        self._sessions.add(thread_id)
-        try:
-            await session._start()
-        except BaseException:
-            self._sessions.discard(thread_id)
-            raise
+        await session.start()
+        self._sessions.add(session)
         return session
 
     async def run_turn(
@@ -292,8 +335,8 @@ class Runtime:
 
         Return the assistant's reply, or None when the turn failed (its journal says why).
         """
-        async with await self.start_session(thread_id, engine=engine, model=model) as session:
-            turn_id = session._submit_turn(text, turn_id or new_id("turn"))
+        async with self.start_session(thread_id, engine=engine, model=model) as session:
+            turn_id = await session.submit_turn(text, turn_id or new_id("turn"))
             while True:
                 entry = await session.next_event()
                 event = entry.event
@@ -322,20 +365,30 @@ class Runtime:
         observed is billed, the history is left exactly as it was, and ``CompactionFailed``
         (``.reason``) or ``CompactionPreempted`` is raised. See ``docs/compaction.md``.
         """
-        return await _compaction.compact_with_provider(
-            self, thread_id, turn_id, engine_id, model, history, preempt=preempt
+        engine = self.engine(engine_id)
+        return await compact(
+            await self.journal(thread_id),
+            self.catalog,
+            turn_id=turn_id,
+            engine=engine,
+            model=model or self.default_model(engine),
+            history=history,
+            preempt=preempt,
         )
 
     async def usage_by_purpose(self, thread_id: str) -> dict[str, TokenUsage]:
         """Return a thread's billed usage summed by purpose (turn, compaction, ...)."""
-        return await _compaction.usage_by_purpose(self, thread_id)
+        return sum_usage_by_purpose(await (await self.journal(thread_id)).read_events())
 
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close the store (and the registry when this runtime built it)."""
+        """Close the sessions still open (their turns end as ``runtime_closed``), then the
+        store (and the registry when this runtime built it)."""
         if self._closed:
             return
+        for session in list(self._sessions):
+            await session.aclose(reason=AbortReason.RUNTIME_CLOSED)
         self._closed = True
         store, self._store = self._store, None
         try:

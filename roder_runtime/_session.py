@@ -1,13 +1,15 @@
-"""Sessions: a thread's turns driven by submitted ops, every event persisted before delivery.
+"""Sessions: the submission queue, the recorder and the lifecycle of one thread's turns.
 
-A :class:`Session` takes ops synchronously (:meth:`Session.submit`) into a bounded queue,
-runs one turn at a time in the background, and records every event through an
-:class:`~roder_runtime._recorder.EventRecorder`, which persists it to the thread's journal
+A :class:`Session` holds the thread's lease for its whole life, takes ops through
+``await submit(op)`` into a bounded queue — an accepted input is journaled before ``submit``
+returns —, hands each turn to a :class:`~roder_runtime._turn_driver.TurnDriver`, and records
+every event through an :class:`~roder_runtime._recorder.EventRecorder`, which persists it
 before :meth:`Session.next_event` hands it out.
 
 Its background tasks live in a task group opened by ``Runtime.start_session`` and closed by
-:meth:`Session.aclose`; as with any anyio task group, open and close it in the same task
-(``async with await runtime.start_session(...) as session:`` does).
+:meth:`Session.aclose`; open and close it in the same task (``async with`` does). The tasks
+are shielded from the opener's cancellation: cancelling the task that holds the session
+closes it through ``aclose`` (turns end as ``closed``), it never tears a turn apart.
 """
 
 from __future__ import annotations
@@ -15,38 +17,33 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
 
 import anyio
 import anyio.abc
 
-from roder_api.errors import (
-    BusyError,
-    InputTooLargeError,
-    RecorderError,
-    StoppedError,
-)
+from roder_api.errors import BusyError, InputTooLargeError, RecorderError, StoppedError
 from roder_api.events import (
+    AbortReason,
     AssistantContentDelta,
-    ContentPhase,
-    ErrorEvent,
     Event,
+    InputAccepted,
     ItemCompleted,
     JournalEvent,
-    ModelStepStarted,
     TurnAborted,
-    TurnComplete,
     TurnStarted,
 )
 from roder_api.inference import InferenceEngine
-from roder_api.transcript import AssistantMessage, TranscriptItem, UserMessage
-from roder_runtime import _compaction
-from roder_runtime._recorder import QUEUE_FULL, EventRecorder, event_size
-from roder_runtime._turns import new_id, run_turn
-
-if TYPE_CHECKING:
-    from roder_runtime._runtime import Runtime
+from roder_api.threads import ThreadLease
+from roder_api.transcript import TranscriptItem, UserMessage
+from roder_runtime._catalog import ModelCatalog
+from roder_runtime._journal import ThreadJournal
+from roder_runtime._recorder import EventRecorder, event_size
+from roder_runtime._resume import find_leftovers
+from roder_runtime._turn_driver import TurnDriver
+from roder_runtime._turns import new_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +65,8 @@ class Steer:
     """An op: new user input for the running turn; it preempts a running compaction.
 
     The running turn finishes its current model call, then adds ``text`` as a user message
-    of the same turn and calls the model again. With no turn running it starts a turn, like
-    :class:`UserInput`.
+    of the same turn and calls the model again. With no turn running — or when the running
+    turn has already decided to end — it starts a turn, like :class:`UserInput`.
     """
 
     text: str
@@ -78,26 +75,87 @@ class Steer:
 Op: TypeAlias = UserInput | Interrupt | Steer
 """What :meth:`Session.submit` takes."""
 
-_PAGE = 256
-
 
 @dataclass(slots=True)
 class _Queued:
+    """An input waiting for its turn (``accepted``: its ``InputAccepted`` is journaled)."""
+
     turn_id: str
     text: str
+    accepted: bool = False
+    announce: bool = True
+    direct: bool = False
     interrupted: bool = False
+    journaled: anyio.Event = field(default_factory=anyio.Event)
 
 
-@dataclass(slots=True)
-class _RunningTurn:
-    turn_id: str
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    abort_reason: str | None = None
-    steering: list[str] = field(default_factory=list)
-    step_text: list[str] = field(default_factory=list)
-    started: bool = False
-    input_recorded: bool = False
-    finished: bool = False
+class _Inbox:
+    """The running turn's steering; closed once the turn takes its last look at it."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.texts: list[str] = []
+        self.open = True
+
+    def take(self) -> list[str]:
+        taken, self.texts = self.texts, []
+        return taken
+
+    def take_or_close(self) -> list[str]:
+        if not self.texts:
+            self.open = False
+        return self.take()
+
+    def close(self) -> list[str]:
+        self.open = False
+        return self.take()
+
+    def preempt(self) -> contextlib.AbstractContextManager[anyio.Event]:
+        return self.session.compaction_preempt()
+
+
+class _RecordedJournal:
+    """The thread's journal for a turn: appends go through the recorder, in order."""
+
+    def __init__(self, journal: ThreadJournal, recorder: EventRecorder) -> None:
+        self.thread_id = journal.thread_id
+        self.store_name = journal.store_name
+        self._journal = journal
+        self._recorder = recorder
+
+    async def append(
+        self, events: Sequence[Event], *, expected_last_sequence: int | None = None
+    ) -> list[JournalEvent]:
+        return await self._recorder.append_now(
+            events, expected_last_sequence=expected_last_sequence
+        )
+
+    async def read_events(self, *, after: int = 0) -> list[JournalEvent]:
+        return await self._journal.read_events(after=after)
+
+    async def replay_history(self) -> list[TranscriptItem]:
+        return await self._journal.replay_history()
+
+    async def last_sequence(self) -> int:
+        return await self._journal.last_sequence()
+
+
+class _Sink:
+    """What a turn records through: the recorder, with room for what must not be lost."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.recorder = session.recorder
+        self.journal = _RecordedJournal(session.journal, session.recorder)
+
+    def stream(self, event: AssistantContentDelta) -> None:
+        self.recorder.record(event)
+
+    async def record(self, *events: Event) -> None:
+        await self.session._record_surely(*events)
+
+    async def persisted(self) -> None:
+        await self.recorder.wait_persisted()
 
 
 class SessionStart(Awaitable["Session"]):
@@ -126,83 +184,87 @@ class SessionStart(Awaitable["Session"]):
 class Session:
     """A live conversation on one thread: submit ops, read persisted events in order.
 
-    Made by ``Runtime.start_session``. ``submit`` is synchronous and bounded; events come
-    from ``await next_event()`` already persisted (an event returned is visible through
+    Made by ``Runtime.start_session``, holding the thread's lease until closed. ``await
+    submit(op)`` is bounded and returns once the input is journaled; events come from
+    ``await next_event()`` already persisted (an event returned is visible through
     ``Runtime.event_page``); ``await flush()`` waits until everything recorded so far is
     persisted and delivered. Close with ``aclose()`` or ``async with``.
     """
 
     def __init__(
         self,
-        runtime: Runtime,
-        thread_id: str,
+        *,
+        journal: ThreadJournal,
+        catalog: ModelCatalog,
         engine: InferenceEngine,
         model: str,
-        *,
-        on_close: Callable[[], None] | None = None,
+        lease: AbstractAsyncContextManager[ThreadLease],
+        on_close: Callable[[Session], None] | None = None,
     ) -> None:
-        self.runtime = runtime
-        self.thread_id = thread_id
+        self.thread_id = journal.thread_id
+        self.journal = journal
+        self.catalog = catalog
         self.engine = engine
         self.model = model
-        config = runtime.config
+        self.lease: ThreadLease | None = None
+        config = catalog.config
         self._max_input_bytes = config.max_input_bytes
         self._capacity = config.submission_queue_capacity
         self._queue: deque[_Queued] = deque()
         self._queue_signal = anyio.Event()
-        self._turn: _RunningTurn | None = None
+        self._turn: TurnDriver | None = None
+        self._inbox: _Inbox | None = None
         self._preempt: anyio.Event | None = None
         self._closing = False
         self._closed = False
+        self._close_reason = AbortReason.CLOSED
         self._error: BaseException | None = None
-        self._worker_started = False
+        self._lease_cm = lease
+        self._tasks: list[anyio.CancelScope] = []
         self._worker_done = anyio.Event()
         self._recorder_done = anyio.Event()
-
-        async def append(events: Sequence[Event]) -> list[JournalEvent]:
-            return await runtime.append_events(thread_id, events)
-
         self.recorder = EventRecorder(
-            append,
+            journal.append,
             event_capacity=config.recorder_event_capacity,
             byte_budget=config.recorder_byte_budget,
         )
+        self._sink = _Sink(self)
         self._task_group: anyio.abc.TaskGroup | None = None
         self._on_close = on_close
 
     # --- lifecycle -------------------------------------------------------------------------
 
-    async def _start(self) -> None:
-        """Start the background tasks and close a turn a dead process left running."""
-        open_turn = await self._find_open_turn()
-        task_group = anyio.create_task_group()
-        await task_group.__aenter__()
-        self._task_group = task_group
-        task_group.start_soon(self._run_recorder)
+    async def start(self) -> None:
+        """Take the lease, start the background tasks and pick up what a dead session left.
+
+        Raise ``ThreadBusyError`` when another session holds the thread. A turn left running
+        is closed with ``TurnAborted(turn_id, "process_exited")``; input it accepted and
+        never answered is run as turns.
+        """
+        self.lease = await self._lease_cm.__aenter__()
         try:
-            if open_turn is not None:
-                self.recorder.record(TurnAborted(open_turn, "process_exited"))
-                await self.recorder.wait_persisted()
+            task_group = anyio.create_task_group()
+            await task_group.__aenter__()
+        except BaseException:
+            await self._lease_cm.__aexit__(None, None, None)
+            raise
+        self._task_group = task_group
+        task_group.start_soon(self._shielded, self._run_recorder)
+        try:
+            leftovers = await find_leftovers(self.journal, self.recorder)
         except BaseException:
             await self._shutdown()
             raise
-        self._worker_started = True
-        task_group.start_soon(self._run_worker)
+        for turn_id, text in leftovers:
+            self._queue.append(_Queued(turn_id, text, accepted=True))
+        task_group.start_soon(self._shielded, self._run_worker)
 
-    async def _find_open_turn(self) -> str | None:
-        """Return the id of the journal's last turn when it never ended, else None."""
-        before: int | None = None
-        while True:
-            page = await self.runtime.event_page(self.thread_id, before=before, limit=_PAGE)
-            for entry in reversed(page.events):
-                event = entry.event
-                if isinstance(event, (TurnComplete, TurnAborted)):
-                    return None
-                if isinstance(event, TurnStarted):
-                    return event.turn_id
-            if page.next_before is None:
-                return None
-            before = page.next_before
+    async def _shielded(self, run: Callable[[], Awaitable[None]]) -> None:
+        # The opener's cancellation must not tear a turn apart: aclose stops the tasks.
+        scope = anyio.CancelScope(shield=True)
+        self._tasks.append(scope)
+        with scope:
+            await run()
 
     async def _run_recorder(self) -> None:
         try:
@@ -211,45 +273,50 @@ class Session:
             self._recorder_done.set()
             turn = self._turn
             if self.recorder.failure is not None and turn is not None:
-                # Nothing more can be journaled: stop the turn and close its stream now.
-                turn.abort_reason = turn.abort_reason or "failed"
-                turn.scope.cancel()
+                turn.abort(AbortReason.FAILED)  # nothing more can be journaled: stop it now
 
-    async def aclose(self) -> None:
-        """Close the session: abort a running turn (``closed``) and persist what is left.
+    async def aclose(self, *, reason: AbortReason = AbortReason.CLOSED) -> None:
+        """Close the session: abort a running turn (``reason``), persist what is left.
 
-        Inputs still queued are journaled as turns aborted with reason ``closed``, so nothing
-        accepted is lost. Events not yet delivered stay in the journal.
+        Inputs still queued are journaled as turns aborted with ``reason``, so nothing
+        accepted is lost. Events not yet delivered stay in the journal. The lease is
+        released last.
         """
         if self._closed:
             return
         self._closed = True
+        self._close_reason = reason
         try:
             await self._shutdown()
         finally:
             if self._on_close is not None:
-                self._on_close()
+                self._on_close(self)
 
     async def _shutdown(self) -> None:
-        # Wait for the tasks under a shield, then leave the task group outside it (scopes
-        # must unwind in the order they were entered).
+        # Wait for the tasks under a shield (bounded), then leave the task group outside it
+        # (scopes must unwind in the order they were entered).
         with anyio.CancelScope(shield=True):
-            await self._stop_tasks()
+            with anyio.move_on_after(2 * self.journal.timeout_s):
+                await self._stop_tasks()
+            for scope in self._tasks:
+                scope.cancel()  # only when the deadline passed is anything left to stop
         task_group, self._task_group = self._task_group, None
-        if task_group is not None:
-            await task_group.__aexit__(None, None, None)
+        try:
+            if task_group is not None:
+                await task_group.__aexit__(None, None, None)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._lease_cm.__aexit__(None, None, None)
 
     async def _stop_tasks(self) -> None:
         self._closing = True
-        turn = self._turn
-        if turn is not None and turn.abort_reason is None:
-            turn.abort_reason = "closed"
-            turn.scope.cancel()
+        if self._turn is not None:
+            self._turn.abort(self._close_reason)
         self._queue_signal.set()
         self.recorder.discard_undelivered()
         if self._task_group is None:
             return
-        if self._worker_started:
+        if self._tasks[1:]:
             await self._worker_done.wait()
         self.recorder.close()
         await self._recorder_done.wait()
@@ -268,41 +335,81 @@ class Session:
         turn = self._turn
         return turn.turn_id if turn is not None and not turn.finished else None
 
-    def submit(self, op: Op) -> str | None:
-        """Submit an op; return the turn id a ``UserInput`` (or turn-starting ``Steer``) gets.
+    async def submit(self, op: Op, *, turn_id: str | None = None) -> str | None:
+        """Submit an op; return the turn id a ``UserInput`` (or a ``Steer``) goes to.
 
-        Raised ``InputTooLargeError`` when the text is over ``max_input_bytes`` and
-        ``BusyError`` when the submission queue is full (``submission_queue_capacity``):
-        in both cases nothing was queued. ``StoppedError`` once the session is closed or
-        stopped. An ``Interrupt`` or ``Steer`` aimed at the running turn acts at once and
-        takes no place in the queue; an ``Interrupt`` of a turn that is not running or
-        queued does nothing.
+        A ``UserInput`` or ``Steer`` is *accepted* when ``submit`` returns: it is then in
+        the journal (as the turn's ``UserMessage`` or as ``InputAccepted``) and will be
+        answered, whatever happens to the caller's task. ``turn_id`` chooses the id of the
+        turn a ``UserInput`` starts. Raised ``InputTooLargeError`` over ``max_input_bytes``
+        and ``BusyError`` when the queue is full (``submission_queue_capacity``): nothing
+        was accepted. ``StoppedError`` once the session is closed or stopped. An
+        ``Interrupt`` acts at once; one of a turn not running or queued does nothing.
         """
         self._check_usable()
         if isinstance(op, Interrupt):
-            self._interrupt(op.turn_id)
+            self.interrupt(op.turn_id)
             return None
-        if isinstance(op, (UserInput, Steer)):
-            size = len(op.text.encode("utf-8"))
-            if size > self._max_input_bytes:
-                raise InputTooLargeError(size, self._max_input_bytes)
-            if isinstance(op, Steer):
-                if self._preempt is not None:
-                    self._preempt.set()
-                turn = self._turn
-                if turn is not None and not turn.finished and turn.abort_reason is None:
-                    turn.steering.append(op.text)
-                    return turn.turn_id
-            return self._enqueue(op.text, new_id("turn"))
-        raise TypeError(f"not a session op: {op!r}")
+        if not isinstance(op, (UserInput, Steer)):
+            raise TypeError(f"not a session op: {op!r}")
+        self._check_size(op.text)
+        if isinstance(op, Steer):
+            if self._preempt is not None:
+                self._preempt.set()
+            turn, inbox = self._turn, self._inbox
+            if turn is not None and inbox is not None and inbox.open and not turn.abort_reason:
+                self._check_room()
+                self.recorder.record(InputAccepted(turn.turn_id, op.text, True), room_checked=True)
+                inbox.texts.append(op.text)
+                await self._wait_persisted()
+                return turn.turn_id
+        return await self._submit_input(op.text, turn_id or new_id("turn"), announce=True)
 
-    def _submit_turn(self, text: str, turn_id: str) -> str:
-        """Submit ``text`` as a turn with a chosen id (``Runtime.run_turn`` keeps its ids)."""
+    async def submit_turn(self, text: str, turn_id: str) -> str:
+        """Queue ``text`` as a turn with a chosen id, journaling it with the turn itself.
+
+        ``Runtime.run_turn`` uses it: its caller waits for the whole turn, so the input is
+        journaled as the turn's ``UserMessage`` (after a compaction that comes first).
+        """
         self._check_usable()
+        self._check_size(text)
+        return await self._submit_input(text, turn_id, announce=False)
+
+    async def _submit_input(self, text: str, turn_id: str, *, announce: bool) -> str:
+        self._check_room()
+        idle = self._turn is None and not self._queue and self.recorder.held == 0
+        queued = _Queued(turn_id, text, announce=announce, direct=idle)
+        if not idle:
+            self.recorder.record(InputAccepted(turn_id, text), room_checked=True)
+            queued.accepted = True
+        self._queue.append(queued)
+        self._queue_signal.set()
+        if idle:
+            # The worker journals it as the turn starts, at once (nothing waits before it).
+            with anyio.CancelScope(shield=True):
+                with anyio.move_on_after(self.journal.timeout_s):
+                    await queued.journaled.wait()
+        await self._wait_persisted()
+        return turn_id
+
+    async def _wait_persisted(self) -> None:
+        # Shielded: a cancelled caller's input is accepted all the same (see ``submit``).
+        with anyio.CancelScope(shield=True):
+            await self.recorder.wait_persisted()
+        self._check_usable()
+
+    def _check_size(self, text: str) -> None:
         size = len(text.encode("utf-8"))
         if size > self._max_input_bytes:
             raise InputTooLargeError(size, self._max_input_bytes)
-        return self._enqueue(text, turn_id)
+
+    def _check_room(self) -> None:
+        steering = len(self._inbox.texts) if self._inbox is not None else 0
+        if len(self._queue) + steering >= self._capacity:
+            raise BusyError(
+                f"the session's submission queue is full ({self._capacity} waiting); "
+                "wait for a turn to finish and submit again"
+            )
 
     def _check_usable(self) -> None:
         if self._closing:
@@ -313,22 +420,11 @@ class Session:
             error.__cause__ = failure
             raise error
 
-    def _enqueue(self, text: str, turn_id: str) -> str:
-        if len(self._queue) >= self._capacity:
-            raise BusyError(
-                f"the session's submission queue is full ({self._capacity} waiting); "
-                "wait for a turn to finish and submit again"
-            )
-        self._queue.append(_Queued(turn_id, text))
-        self._queue_signal.set()
-        return turn_id
-
-    def _interrupt(self, turn_id: str) -> None:
+    def interrupt(self, turn_id: str) -> None:
+        """Stop turn ``turn_id`` now (running or queued); do nothing for any other id."""
         turn = self._turn
-        if turn is not None and turn.turn_id == turn_id and not turn.finished:
-            if turn.abort_reason is None:
-                turn.abort_reason = "interrupted"
-                turn.scope.cancel()
+        if turn is not None and turn.turn_id == turn_id:
+            turn.abort(AbortReason.INTERRUPTED)
             return
         for queued in self._queue:
             if queued.turn_id == turn_id:
@@ -353,8 +449,8 @@ class Session:
     async def next_event(self) -> JournalEvent:
         """Return the next event, already persisted to the thread's journal.
 
-        Raised ``RecorderError`` when persisting failed (nothing more is delivered) and
-        ``StoppedError`` when the session is closed.
+        Raised ``RecorderError`` when persisting failed (nothing more is delivered; its
+        message names the store) and ``StoppedError`` when the session is closed.
         """
         return await self.recorder.next_event()
 
@@ -375,9 +471,10 @@ class Session:
             self._error = exc
         except Exception as exc:  # noqa: BLE001 - kept and reported by submit and next_event
             self._error = exc
-            # Nothing more can happen in this session: let the consumer know.
-            self.recorder.fail(exc)
+            self.recorder.fail(exc)  # nothing more can happen in this session
         finally:
+            for queued in self._queue:
+                queued.journaled.set()  # wakes submitters; they see the session stopped
             self._worker_done.set()
 
     async def _work(self) -> None:
@@ -388,24 +485,25 @@ class Session:
                 self._queue_signal = anyio.Event()
                 await self._queue_signal.wait()
             queued = self._queue[0]
-            if not self._closing:
+            if not self._closing and not queued.direct:
                 # A turn starts once the consumer has everything before it: the recorder's
                 # whole capacity is then the turn's (backpressure at turn boundaries).
                 await self.recorder.flush()
             self._queue.popleft()
             if self._closing:
-                await self._record_unstarted(queued, "closed")
+                await self._record_unstarted(queued, self._close_reason)
             elif queued.interrupted:
-                await self._record_unstarted(queued, "interrupted")
+                await self._record_unstarted(queued, AbortReason.INTERRUPTED)
             else:
                 await self._run_turn(queued)
 
-    async def _record_unstarted(self, queued: _Queued, reason: str) -> None:
+    async def _record_unstarted(self, queued: _Queued, reason: AbortReason) -> None:
         await self._record_surely(
             TurnStarted(queued.turn_id),
             ItemCompleted(queued.turn_id, UserMessage(queued.text)),
             TurnAborted(queued.turn_id, reason),
         )
+        queued.journaled.set()
 
     async def _record_surely(self, *events: Event) -> None:
         """Record events the session must not lose, waiting for room when the queue is full.
@@ -424,145 +522,22 @@ class Session:
             self.recorder.record(event, room_checked=True)
 
     async def _run_turn(self, queued: _Queued) -> None:
-        turn_id = queued.turn_id
-        turn = _RunningTurn(turn_id)
-        self._turn = turn
+        inbox = _Inbox(self)
+        driver = TurnDriver(
+            turn_id=queued.turn_id,
+            text=queued.text,
+            engine=self.engine,
+            model=self.model,
+            catalog=self.catalog,
+            sink=self._sink,
+            inbox=inbox,
+            input_accepted=queued.accepted,
+            announce_input=queued.announce,
+            on_input_journaled=queued.journaled.set,
+        )
+        self._turn, self._inbox = driver, inbox
         try:
-            await self._turn_body(turn, queued)
+            await driver.run()
         finally:
-            turn.finished = True
-            self._turn = None
-
-    async def _turn_body(self, turn: _RunningTurn, queued: _Queued) -> None:
-        turn_id = turn.turn_id
-        user_message = UserMessage(queued.text)
-
-        def track(event: Event) -> None:
-            if isinstance(event, TurnStarted):
-                turn.started = True
-            elif isinstance(event, ModelStepStarted):
-                turn.step_text.clear()
-            elif isinstance(event, AssistantContentDelta):
-                if event.phase is ContentPhase.FINAL_ANSWER:
-                    turn.step_text.append(event.delta)
-            elif isinstance(event, ItemCompleted):
-                if isinstance(event.item, AssistantMessage):
-                    turn.step_text.clear()
-                elif event.item == user_message:
-                    turn.input_recorded = True
-            elif isinstance(event, (TurnComplete, TurnAborted)):
-                turn.finished = True
-
-        async def emit(events: Sequence[Event]) -> None:
-            for event in events:
-                if turn.abort_reason is not None:
-                    return  # aborted: nothing the stream produces afterwards is recorded
-                if isinstance(event, AssistantContentDelta):
-                    # Streamed text is admitted or refused at once: a full recorder (the
-                    # consumer fell behind) stops the turn.
-                    self.recorder.record(event)
-                else:
-                    # Items, usage and turn boundaries are never dropped: wait for room.
-                    await self._record_surely(event)
-                track(event)
-
-        async def record_persisted(events: Sequence[Event]) -> None:
-            # Compaction's events are journaled even while the turn is being aborted: its
-            # discarded attempts are billed, and they all precede the turn's TurnAborted.
-            await self._record_surely(*events)
-            for event in events:
-                track(event)
-            await self.recorder.wait_persisted()
-
-        def next_input() -> list[str]:
-            taken, turn.steering = turn.steering, []
-            return taken
-
-        error: ErrorEvent | None = None
-        timeout = self.runtime.config.turn_timeout_s
-        if timeout is not None:
-            turn.scope.deadline = anyio.current_time() + timeout
-        with turn.scope:
-            try:
-                history = await self.runtime.replay_history(self.thread_id)
-                transcript = await self._begin_turn(turn, history, user_message, record_persisted)
-                if transcript is not None:
-                    await run_turn(
-                        self.engine,
-                        self.runtime.config,
-                        thread_id=self.thread_id,
-                        turn_id=turn_id,
-                        model=self.model,
-                        transcript=transcript,
-                        emit=emit,
-                        next_input=next_input,
-                    )
-            except RecorderError as exc:
-                if str(exc) != QUEUE_FULL:
-                    raise
-                # The consumer fell behind: the turn stops; it ends once there is room.
-                error = ErrorEvent(str(exc), turn_id)
-            except Exception as exc:  # noqa: BLE001 - a broken engine or read fails its turn only
-                error = ErrorEvent(
-                    f"the turn failed (engine {self.engine.id!r}): {type(exc).__name__}: {exc}",
-                    turn_id,
-                )
-        if (
-            timeout is not None
-            and turn.scope.cancelled_caught
-            and turn.abort_reason is None
-            and not turn.finished
-        ):
-            # The deadline passed (an interrupt or a close sets its reason before cancelling).
-            turn.abort_reason = "timeout"
-            error = ErrorEvent(
-                f"the turn did not finish within turn_timeout_s = {timeout:g} s; engine "
-                f"{self.engine.id!r} was stopped",
-                turn_id,
-            )
-        if turn.finished:
-            return
-        if error is not None:
-            turn.abort_reason = turn.abort_reason or "failed"
-        if turn.abort_reason is None:
-            return
-        turn.finished = True
-        # The input is journaled whatever happened, and the turn closed after it.
-        events: list[Event] = []
-        if not turn.started:
-            events.append(TurnStarted(turn_id))
-        if not turn.input_recorded:
-            events.append(ItemCompleted(turn_id, user_message))
-        text = "".join(turn.step_text)
-        if text:
-            events.append(ItemCompleted(turn_id, AssistantMessage(text, interrupted=True)))
-        if error is not None:
-            events.append(error)
-        events.append(TurnAborted(turn_id, turn.abort_reason))
-        await self._record_surely(*events)
-
-    async def _begin_turn(
-        self,
-        turn: _RunningTurn,
-        history: Sequence[TranscriptItem],
-        user_message: UserMessage,
-        record: Callable[[Sequence[Event]], Awaitable[None]],
-    ) -> list[TranscriptItem] | None:
-        """Journal the turn's start and input, compacting first when the history is too big.
-
-        Return the first model call's transcript, or None when the turn already ended here
-        (the history does not fit and could not be compacted). A ``Steer`` meanwhile sets
-        the compaction's preempt event: the candidate boundary is discarded at once.
-        """
-        with self.compaction_preempt() as preempt:
-            return await _compaction.begin_turn(
-                self.runtime,
-                self.thread_id,
-                turn.turn_id,
-                self.engine,
-                self.model,
-                history,
-                user_message,
-                record,
-                preempt=preempt,
-            )
+            self._turn, self._inbox = None, None
+            queued.journaled.set()

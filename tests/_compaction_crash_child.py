@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 
 from roder_api import ExtensionRegistryBuilder
-from roder_api.events import CompactionCommitted, Event
+from roder_api.events import CompactionCommitted, Event, JournalEvent
 from roder_api.inference import (
     AgentInferenceRequest,
     Completed,
@@ -30,7 +30,8 @@ from roder_api.testing import Delay, Raise, Script, ScriptedEngine, ScriptStep
 from roder_api.transcript import ProviderMetadata
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import ReliabilityConfig, Runtime, RuntimeConfig
-from roder_runtime._compaction import compact_with_provider
+from roder_runtime._compaction import compact
+from roder_runtime._journal import ThreadJournal
 
 USAGE = TokenUsage(30, 10, 40)
 
@@ -86,16 +87,28 @@ async def run(base: Path) -> int:
         scripts.extend(script(seed))
         history = await runtime.replay_history(thread_id)
 
-        async def record(events: Sequence[Event]) -> None:
-            committing = any(isinstance(e, CompactionCommitted) for e in events)
-            if committing:
-                say("commit")
-            await runtime.append_events(thread_id, events)
-            if committing:
-                say("committed")
+        class Announcing(ThreadJournal):
+            async def append(
+                self, events: Sequence[Event], *, expected_last_sequence: int | None = None
+            ) -> list[JournalEvent]:
+                committing = any(isinstance(e, CompactionCommitted) for e in events)
+                if committing:
+                    say("commit")
+                entries = await super().append(
+                    events, expected_last_sequence=expected_last_sequence
+                )
+                if committing:
+                    say("committed")
+                return entries
 
-        await compact_with_provider(
-            runtime, thread_id, "t_compact", "scripted", "scripted-1", history, record=record
+        plain = await runtime.journal(thread_id)
+        await compact(
+            Announcing(plain.store, thread_id, store_name=plain.store_name),
+            runtime.catalog,
+            turn_id="t_compact",
+            engine=runtime.engine("scripted"),
+            model="scripted-1",
+            history=history,
         )
     say("done")
     return 0

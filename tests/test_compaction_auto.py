@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,9 @@ from roder_api.events import (
     CompactionDiscarded,
     CompactionStarted,
     ErrorEvent,
+    Event,
     ItemCompleted,
+    JournalEvent,
     ModelStepStarted,
     TurnAborted,
     TurnStarted,
@@ -36,12 +39,10 @@ from roder_api.transcript import (
     UserMessage,
 )
 from roder_runtime import CompactionConfig, Runtime, RuntimeConfig
-from roder_runtime._compaction import (
-    SUMMARY_INSTRUCTIONS,
-    auto_compaction_due,
-    estimate_transcript_tokens,
-    maybe_auto_compact,
-)
+from roder_runtime._auto_compaction import auto_compaction_due, maybe_auto_compact
+from roder_runtime._estimates import estimate_transcript_tokens
+from roder_runtime._journal import ThreadJournal
+from roder_runtime._summary import SUMMARY_INSTRUCTIONS
 
 from .conftest import make_runtime
 
@@ -209,15 +210,15 @@ async def test_auto_compaction_can_be_disabled_or_have_no_window(tmp_path: Path)
     engine = ScriptedEngine(context_window=WINDOW)
     history = big_history(4)
     async with make_runtime(tmp_path / "threads", engine, config=config(0.0)) as runtime:
-        assert not await auto_compaction_due(runtime, engine, "scripted-1", history)
-        assert await auto_compaction_due(runtime, engine, "unknown-model", history) is False
+        assert not await auto_compaction_due(runtime.catalog, engine, "scripted-1", history)
+        assert await auto_compaction_due(runtime.catalog, engine, "unknown-model", history) is False
     async with make_runtime(tmp_path / "threads", engine, config=config()) as runtime:
-        assert await auto_compaction_due(runtime, engine, "scripted-1", history)
+        assert await auto_compaction_due(runtime.catalog, engine, "scripted-1", history)
         # An unlisted model of an engine whose models share one window gets that window.
-        assert await auto_compaction_due(runtime, engine, "unlisted-model", history)
-        assert not await auto_compaction_due(runtime, engine, "scripted-1", [])
+        assert await auto_compaction_due(runtime.catalog, engine, "unlisted-model", history)
+        assert not await auto_compaction_due(runtime.catalog, engine, "scripted-1", [])
         unknown = ScriptedEngine(id="no-window", context_window=0)
-        assert not await auto_compaction_due(runtime, unknown, "scripted-1", history)
+        assert not await auto_compaction_due(runtime.catalog, unknown, "scripted-1", history)
 
 
 async def test_maybe_auto_compact_is_a_hook_for_other_turn_loops(tmp_path: Path) -> None:
@@ -229,17 +230,22 @@ async def test_maybe_auto_compact_is_a_hook_for_other_turn_loops(tmp_path: Path)
     async with make_runtime(tmp_path / "threads", engine, config=config()) as runtime:
         thread_id = await seeded(runtime, history)
 
-        async def record(events: object) -> None:
-            entries = await runtime.append_events(thread_id, events)  # type: ignore[arg-type]
-            recorded.extend(e.event for e in entries)
+        class Recording(ThreadJournal):
+            async def append(
+                self, events: Sequence[Event], *, expected_last_sequence: int | None = None
+            ) -> list[JournalEvent]:
+                entries = await super().append(
+                    events, expected_last_sequence=expected_last_sequence
+                )
+                recorded.extend(e.event for e in entries)
+                return entries
 
-        small = await maybe_auto_compact(
-            runtime, thread_id, "t1", engine, "scripted-1", history[:1], record=record
-        )
+        plain = await runtime.journal(thread_id)
+        journal = Recording(plain.store, thread_id, store_name=plain.store_name)
+        catalog = runtime.catalog
+        small = await maybe_auto_compact(journal, catalog, "t1", engine, "scripted-1", history[:1])
         assert small == history[:1] and recorded == []
-        compacted = await maybe_auto_compact(
-            runtime, thread_id, "t1", engine, "scripted-1", history, record=record
-        )
+        compacted = await maybe_auto_compact(journal, catalog, "t1", engine, "scripted-1", history)
         assert compacted == [boundary("cmp_hook")]
         assert [type(e) for e in recorded] == [
             CompactionStarted,

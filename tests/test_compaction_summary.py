@@ -31,10 +31,10 @@ from roder_api.transcript import (
     UserMessage,
 )
 from roder_runtime import ReliabilityConfig, RuntimeConfig
-from roder_runtime._compaction import (
+from roder_runtime._estimates import estimate_transcript_tokens
+from roder_runtime._summary import (
     SUMMARY_INSTRUCTIONS,
     SUMMARY_REQUEST,
-    estimate_transcript_tokens,
     summary_boundary,
     summary_prompt,
 )

@@ -96,7 +96,7 @@ async def test_a_turn_streams_persisted_events_in_order(tmp_path: Path) -> None:
     async with make_runtime(tmp_path, engine) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         async with await runtime.start_session(thread_id) as session:
-            turn_id = session.submit(UserInput("hi"))
+            turn_id = await session.submit(UserInput("hi"))
             seen: list[JournalEvent] = []
             with anyio.fail_after(20):
                 while not seen or not isinstance(seen[-1].event, TERMINAL):
@@ -105,7 +105,7 @@ async def test_a_turn_streams_persisted_events_in_order(tmp_path: Path) -> None:
                     page = await runtime.event_page(thread_id, before=None, limit=1000)
                     assert entry in page.events
                     seen.append(entry)
-            second = session.submit(UserInput("again"))
+            second = await session.submit(UserInput("again"))
             seen_second = await events_until(session)
         events = [e.event for e in seen]
         assert events[0] == TurnStarted(turn_id)  # type: ignore[arg-type]
@@ -139,11 +139,11 @@ async def test_oversized_input_is_refused_before_it_is_queued(tmp_path: Path) ->
         thread_id = (await runtime.create_thread()).thread_id
         async with await runtime.start_session(thread_id) as session:
             with pytest.raises(InputTooLargeError) as refused:
-                session.submit(UserInput("é" * 6))  # 6 characters, 12 bytes
+                await session.submit(UserInput("é" * 6))  # 6 characters, 12 bytes
             assert refused.value.size == 12 and refused.value.limit == 10
             with pytest.raises(InputTooLargeError):
-                session.submit(Steer("x" * 11))
-            session.submit(UserInput("é" * 5))  # exactly 10 bytes is fine
+                await session.submit(Steer("x" * 11))
+            await session.submit(UserInput("é" * 5))  # exactly 10 bytes is fine
             await events_until(session)
         events = await journal(runtime, thread_id)
         users = [e.item for e in events if isinstance(e, ItemCompleted)]
@@ -157,15 +157,15 @@ async def test_a_full_submission_queue_answers_busy_and_drops_nothing(tmp_path: 
     async with make_runtime(tmp_path, engine, config=config) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         async with await runtime.start_session(thread_id) as session:
-            first = session.submit(UserInput("one"))
+            first = await session.submit(UserInput("one"))
             assert first is not None
             await events_until(session, AssistantContentDelta)  # "one" runs, the queue is free
-            accepted = [session.submit(UserInput(f"queued {i}")) for i in range(3)]
+            accepted = [await session.submit(UserInput(f"queued {i}")) for i in range(3)]
             with pytest.raises(BusyError):
-                session.submit(UserInput("refused"))
+                await session.submit(UserInput("refused"))
             with pytest.raises(BusyError):
-                session.submit(UserInput("still refused"))
-            session.submit(Interrupt(first))  # acts at once, needs no place in the queue
+                await session.submit(UserInput("still refused"))
+            await session.submit(Interrupt(first))  # acts at once, needs no place in the queue
             await events_until(session, TERMINAL, count=4)
         events = await journal(runtime, thread_id)
         texts = [e.item.text for e in events if isinstance(e, ItemCompleted)]  # type: ignore[union-attr]
@@ -185,14 +185,14 @@ async def test_interrupt_delivers_accepted_text_then_aborts_and_closes_the_strea
     async with make_runtime(tmp_path, engine) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         async with await runtime.start_session(thread_id) as session:
-            turn_id = session.submit(UserInput("hi"))
+            turn_id = await session.submit(UserInput("hi"))
             assert turn_id is not None
             seen: list[JournalEvent] = []
             with anyio.fail_after(20):
                 while text_of(seen) != "Hello, wor":
                     seen.append(await session.next_event())
             assert engine.open_streams == 1
-            session.submit(Interrupt(turn_id))
+            await session.submit(Interrupt(turn_id))
             seen += await events_until(session)
             assert engine.open_streams == 0 and engine.closed_streams == 1
             await anyio.sleep(0.1)
@@ -219,10 +219,10 @@ async def test_a_stream_that_would_yield_after_the_abort_adds_nothing(tmp_path: 
     async with make_runtime(tmp_path, engine) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         async with await runtime.start_session(thread_id) as session:
-            turn_id = session.submit(UserInput("hi"))
+            turn_id = await session.submit(UserInput("hi"))
             assert turn_id is not None
             await events_until(session, AssistantContentDelta)
-            session.submit(Interrupt(turn_id))
+            await session.submit(Interrupt(turn_id))
             await events_until(session)
             await anyio.sleep(0.5)  # past the moment the stream would have yielded again
             assert engine.open_streams == 0
@@ -238,14 +238,14 @@ async def test_closing_mid_turn_closes_the_stream_and_keeps_the_partial_text(
     async with make_runtime(tmp_path, engine) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         session = await runtime.start_session(thread_id)
-        turn_id = session.submit(UserInput("hi"))
-        queued = session.submit(UserInput("never started"))
+        turn_id = await session.submit(UserInput("hi"))
+        queued = await session.submit(UserInput("never started"))
         await events_until(session, AssistantContentDelta)
         # (close in the task that started the session, outside later cancel scopes)
         await session.aclose()
         assert engine.open_streams == 0 and engine.closed_streams == 1
         with pytest.raises(StoppedError):
-            session.submit(UserInput("too late"))
+            await session.submit(UserInput("too late"))
         events = await journal(runtime, thread_id)
         assert ItemCompleted(turn_id, AssistantMessage("half an", interrupted=True)) in events  # type: ignore[arg-type]
         assert TurnAborted(turn_id, "closed") in events  # type: ignore[arg-type]
@@ -257,7 +257,7 @@ async def test_closing_mid_turn_closes_the_stream_and_keeps_the_partial_text(
         ]
         # The thread is free for a new session, which finds nothing left running.
         async with await runtime.start_session(thread_id) as again:
-            again.submit(UserInput("back"))
+            await again.submit(UserInput("back"))
             entries = await events_until(again)
             assert isinstance(entries[0].event, TurnStarted)
 
@@ -269,13 +269,13 @@ async def test_interrupting_a_queued_turn_journals_it_without_calling_the_model(
     async with make_runtime(tmp_path, engine) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         async with await runtime.start_session(thread_id) as session:
-            running = session.submit(UserInput("first"))
-            queued = session.submit(UserInput("second"))
+            running = await session.submit(UserInput("first"))
+            queued = await session.submit(UserInput("second"))
             assert running is not None and queued is not None
-            session.submit(Interrupt("turn_unknown"))  # nothing to do
-            session.submit(Interrupt(queued))
+            await session.submit(Interrupt("turn_unknown"))  # nothing to do
+            await session.submit(Interrupt(queued))
             await events_until(session, AssistantContentDelta)
-            session.submit(Interrupt(running))
+            await session.submit(Interrupt(running))
             entries = await events_until(session, TERMINAL, count=2)
         assert [e.event for e in entries][-3:] == [
             TurnStarted(queued),
@@ -301,9 +301,9 @@ async def test_retry_before_output_and_error_after_output_bill_every_attempt(
     async with make_runtime(tmp_path, engine, config=config) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         async with await runtime.start_session(thread_id) as session:
-            first = session.submit(UserInput("one"))
+            first = await session.submit(UserInput("one"))
             retried = await events_until(session)
-            second = session.submit(UserInput("two"))
+            second = await session.submit(UserInput("two"))
             failed = await events_until(session)
         assert retried[-1].event == TurnComplete(first, "ok")  # type: ignore[arg-type]
         assert sum(isinstance(e.event, ModelStepStarted) for e in retried) == 2
@@ -325,7 +325,7 @@ async def test_a_burst_of_2048_deltas_arrives_coalesced_with_the_same_text(
     async with make_runtime(tmp_path, engine) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         async with await runtime.start_session(thread_id) as session:
-            turn_id = session.submit(UserInput("burst"))
+            turn_id = await session.submit(UserInput("burst"))
             seen = await events_until(session)
         deltas = [e for e in seen if isinstance(e.event, AssistantContentDelta)]
         assert text_of(seen) == text
@@ -337,7 +337,7 @@ async def test_flush_waits_for_a_slow_consumer(tmp_path: Path) -> None:
     async with make_runtime(tmp_path) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         async with await runtime.start_session(thread_id) as session:
-            session.submit(UserInput("hello"))
+            await session.submit(UserInput("hello"))
             await anyio.sleep(0.2)  # the turn ran; nobody has read anything
             flushed = anyio.Event()
 
@@ -363,7 +363,7 @@ async def test_saturating_the_recorder_ends_the_turn_without_losing_accepted_eve
     async with make_runtime(tmp_path, engine, config=config) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         async with await runtime.start_session(thread_id) as session:
-            turn_id = session.submit(UserInput("flood"))
+            turn_id = await session.submit(UserInput("flood"))
             await anyio.sleep(0.3)  # the consumer is away; the recorder fills up
             seen = await events_until(session)
             assert engine.open_streams == 0 and engine.closed_streams == 1
@@ -387,7 +387,7 @@ async def test_saturating_the_recorder_by_bytes(tmp_path: Path) -> None:
     async with make_runtime(tmp_path, engine, config=config) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         async with await runtime.start_session(thread_id) as session:
-            turn_id = session.submit(UserInput("flood"))
+            turn_id = await session.submit(UserInput("flood"))
             await anyio.sleep(0.3)
             seen = await events_until(session)
         events = [e.event for e in seen]
@@ -406,7 +406,7 @@ async def test_items_and_usage_wait_for_a_slow_consumer_instead_of_being_refused
     async with make_runtime(tmp_path, engine, config=config) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         async with await runtime.start_session(thread_id) as session:
-            turn_id = session.submit(UserInput("many tools"))
+            turn_id = await session.submit(UserInput("many tools"))
             await anyio.sleep(0.3)  # the turn waits for the consumer: nothing is refused
             assert len(await journal(runtime, thread_id)) <= 8
             seen = await events_until(session)
@@ -451,7 +451,7 @@ async def test_a_store_failing_mid_turn_stops_delivery_and_flush_raises(tmp_path
     async with Runtime(builder.build()) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         async with await runtime.start_session(thread_id) as session:
-            session.submit(UserInput("hi"))
+            await session.submit(UserInput("hi"))
             delivered: list[JournalEvent] = []
             with anyio.fail_after(20), pytest.raises(RecorderError) as stopped:
                 while True:
@@ -461,7 +461,7 @@ async def test_a_store_failing_mid_turn_stops_delivery_and_flush_raises(tmp_path
                 await session.flush()
             assert "the disk went away" in str(flush_error.value)
             with pytest.raises(StoppedError):
-                session.submit(UserInput("more"))
+                await session.submit(UserInput("more"))
         assert engine.open_streams == 0  # the turn stopped; closing waited for it
         persisted = await runtime.store()
         assert isinstance(persisted, FailingStore)
@@ -477,12 +477,12 @@ async def test_steer_adds_input_to_the_running_turn(tmp_path: Path) -> None:
     async with make_runtime(tmp_path, engine) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         async with await runtime.start_session(thread_id) as session:
-            turn_id = session.submit(UserInput("question"))
+            turn_id = await session.submit(UserInput("question"))
             seen = await events_until(session, AssistantContentDelta)
-            assert session.submit(Steer("also this")) == turn_id
+            assert await session.submit(Steer("also this")) == turn_id
             seen += await events_until(session)
             # With no turn running a steer starts one.
-            other = session.submit(Steer("new topic"))
+            other = await session.submit(Steer("new topic"))
             assert other != turn_id
             after = await events_until(session)
         events = [e.event for e in seen]
@@ -503,7 +503,7 @@ async def test_steer_preempts_a_running_compaction(tmp_path: Path) -> None:
         async with await runtime.start_session(thread_id) as session:
             with session.compaction_preempt() as preempt:
                 assert not preempt.is_set()
-                session.submit(Steer("stop compacting"))
+                await session.submit(Steer("stop compacting"))
                 assert preempt.is_set()
             await events_until(session)
 
@@ -520,10 +520,10 @@ async def test_start_session_checks_the_thread_and_allows_one_session(tmp_path: 
             assert s.model == "m" and s.engine.id == "scripted"
         # Without the await, start_session is an async context manager of its own.
         async with runtime.start_session(thread_id) as session:
-            session.submit(UserInput("hi"))
+            await session.submit(UserInput("hi"))
             assert isinstance((await session.next_event()).event, TurnStarted)
         with pytest.raises(StoppedError):
-            session.submit(UserInput("closed"))
+            await session.submit(UserInput("closed"))
 
 
 async def test_a_turn_left_running_is_closed_on_open_and_the_thread_continues(
@@ -547,10 +547,10 @@ async def test_a_turn_left_running_is_closed_on_open_and_the_thread_continues(
             first = await session.next_event()
             assert first.event == TurnAborted("turn_dead", "process_exited")
             assert first.sequence == 5
-            session.submit(UserInput("still there?"))
+            await session.submit(UserInput("still there?"))
             await events_until(session)
         async with await runtime.start_session(thread_id) as session:
-            session.submit(UserInput("and now"))
+            await session.submit(UserInput("and now"))
             assert isinstance((await session.next_event()).event, TurnStarted)
         events = (await runtime.event_page(thread_id, limit=1000)).events
         assert [e.sequence for e in events] == list(range(1, len(events) + 1))
@@ -568,7 +568,7 @@ async def test_a_reply_larger_than_the_byte_budget_still_completes(tmp_path: Pat
     async with make_runtime(tmp_path, engine, config=config) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         async with await runtime.start_session(thread_id) as session:
-            turn_id = session.submit(UserInput("long answer please"))
+            turn_id = await session.submit(UserInput("long answer please"))
             seen = await events_until(session)
         assert text_of(seen) == chunk * 4
         assert ItemCompleted(turn_id, AssistantMessage(chunk * 4)) in [e.event for e in seen]  # type: ignore[arg-type]
@@ -602,9 +602,9 @@ async def test_a_failed_history_read_fails_the_turn_but_keeps_the_input(tmp_path
     async with Runtime(builder.build()) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
         async with await runtime.start_session(thread_id) as session:
-            first = session.submit(UserInput("lost?"))
+            first = await session.submit(UserInput("lost?"))
             failed = [e.event for e in await events_until(session)]
-            second = session.submit(UserInput("again"))
+            second = await session.submit(UserInput("again"))
             worked = await events_until(session)
         assert failed[:2] == [TurnStarted(first), ItemCompleted(first, UserMessage("lost?"))]  # type: ignore[arg-type]
         assert isinstance(failed[2], ErrorEvent) and "unreadable" in failed[2].message

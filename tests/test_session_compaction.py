@@ -55,10 +55,10 @@ async def test_steer_preempts_a_running_compaction_and_joins_the_turn(tmp_path: 
         thread_id = (await runtime.create_thread()).thread_id
         await runtime.append_events(thread_id, [ItemCompleted("t0", i) for i in big_history()])
         async with await runtime.start_session(thread_id) as session:
-            turn_id = session.submit(UserInput("next"))
+            turn_id = await session.submit(UserInput("next"))
             seen = await events_until(session, CompactionStarted)
             await compaction.running()
-            assert session.submit(Steer("never mind, go on")) == turn_id
+            assert await session.submit(Steer("never mind, go on")) == turn_id
             seen += await events_until(session)
         events = [e.event for e in seen]
         assert events[0] == TurnStarted(turn_id)  # type: ignore[arg-type]
@@ -81,11 +81,11 @@ async def test_interrupt_stops_a_running_compaction(tmp_path: Path) -> None:
         thread_id = (await runtime.create_thread()).thread_id
         await runtime.append_events(thread_id, [ItemCompleted("t0", i) for i in big_history()])
         async with await runtime.start_session(thread_id) as session:
-            turn_id = session.submit(UserInput("next"))
+            turn_id = await session.submit(UserInput("next"))
             assert turn_id is not None
             await events_until(session, CompactionStarted)
             await compaction.running()
-            session.submit(Interrupt(turn_id))
+            await session.submit(Interrupt(turn_id))
             with anyio.fail_after(20):
                 await events_until(session)
         events = await journal(runtime, thread_id)

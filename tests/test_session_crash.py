@@ -41,7 +41,7 @@ CHILD = textwrap.dedent(
         engine = ScriptedEngine(turns=[[MessageDelta("streamed "), MessageDelta("so far"), Hang()]])
         async with make_runtime(base, engine) as runtime:
             async with await runtime.start_session(thread_id) as session:
-                turn_id = session.submit(UserInput("will be cut off"))
+                turn_id = await session.submit(UserInput("will be cut off"))
                 text = ""
                 while text != "streamed so far":
                     event = (await session.next_event()).event
@@ -89,7 +89,7 @@ async def test_sigkill_mid_turn_then_resume(tmp_path: Path) -> None:
                 first = await session.next_event()
                 assert first.event == TurnAborted(turn_id, "process_exited")
                 assert first.sequence == len(before) + 1
-                next_turn = session.submit(UserInput("I am back"))
+                next_turn = await session.submit(UserInput("I am back"))
                 assert next_turn is not None
                 while True:
                     event = (await session.next_event()).event

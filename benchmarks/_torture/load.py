@@ -171,7 +171,7 @@ async def run_load(
                 number = 0
                 while time.perf_counter() < deadline:
                     number += 1
-                    session.submit(UserInput(f"turn {number}"))
+                    await session.submit(UserInput(f"turn {number}"))
                     while True:
                         entry = await session.next_event()
                         now = time.perf_counter()

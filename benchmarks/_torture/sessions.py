@@ -70,7 +70,7 @@ async def session_child(job: ChildJob, conn: Connection) -> None:
             async with await runtime.start_session(thread_id) as session:
                 for _ in range(rng.randint(1, 3)):
                     count += 1
-                    turn_id = session.submit(UserInput(_text(rng, job, count)))
+                    turn_id = await session.submit(UserInput(_text(rng, job, count)))
                     while True:
                         entry: JournalEvent = await session.next_event()
                         event = entry.event

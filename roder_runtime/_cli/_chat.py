@@ -21,11 +21,13 @@ from roder_api.events import (
     ErrorEvent,
     TurnAborted,
     TurnComplete,
+    WarningEvent,
 )
 from roder_api.transcript import AssistantMessage, UserMessage
 from roder_runtime._cli._common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, open_runtime
 from roder_runtime._runtime import DEFAULT_ENGINE
 from roder_runtime._session import Interrupt, Session, UserInput
+from roder_runtime._turns import new_id
 
 HISTORY_SHOWN = 10
 
@@ -105,8 +107,8 @@ async def chat_command(args: argparse.Namespace) -> int:
                 for item in items[-HISTORY_SHOWN:]:
                     who = "you" if isinstance(item, UserMessage) else "assistant"
                     _write(f"  {who}> {item.text}\n")
-        async with await runtime.start_session(
-            thread_id, engine=engine.id, model=args.model
+        async with runtime.start_session(
+            thread_id, engine=engine.id, model=args.model, owner="roder chat"
         ) as session:
             return await _Chat(session, interactive=sys.stdin.isatty()).run()
 
@@ -154,8 +156,10 @@ class _Chat:
             if not text.strip():
                 continue
             self.turn_done = anyio.Event()
+            # The id is the chat's before submit returns: the turn may end before that.
+            self.turn_id = new_id("turn")
             try:
-                self.turn_id = self.session.submit(UserInput(text))
+                await self.session.submit(UserInput(text), turn_id=self.turn_id)
             except InputTooLargeError as exc:
                 _note(f"roder: {exc}\n")
                 self.failed = True
@@ -170,7 +174,7 @@ class _Chat:
                 turn_id = self.turn_id
                 if turn_id is not None and not self.turn_done.is_set():
                     # Ctrl-C stops the turn, not the program.
-                    self.session.submit(Interrupt(turn_id))
+                    await self.session.submit(Interrupt(turn_id))
                     continue
                 # Ctrl-C at the prompt ends the chat.
                 _note("\nroder: interrupted\n")
@@ -199,6 +203,8 @@ class _Chat:
                     _write(event.delta)
             elif isinstance(event, ErrorEvent):
                 _note(f"\nroder: {event.message}\n")
+            elif isinstance(event, WarningEvent):
+                _note(f"\nroder: warning: {event.message}\n")
             elif isinstance(event, (TurnComplete, TurnAborted)):
                 if event.turn_id != self.turn_id:
                     if isinstance(event, TurnAborted) and event.reason == "process_exited":

@@ -1,0 +1,130 @@
+"""A thread-bound journal: what sessions, turns and compaction see of the thread store.
+
+:class:`ThreadJournal` appends to one thread (conditionally when asked), reads its replay
+and takes a mark (the last sequence) — nothing else of the store, and every call has a
+deadline, so a store that stops answering fails the caller with an error naming the store
+instead of hanging it. :class:`Journal` is the protocol the turn driver and compaction take:
+a session hands them its recorder-backed journal, a script the store-backed one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, TypeVar
+
+import anyio
+
+from roder_api.codec import gc_paused
+from roder_api.errors import StoreError
+from roder_api.events import Event, ItemCompleted, JournalEvent
+from roder_api.threads import EventPage, ThreadStore
+from roder_api.transcript import TranscriptItem, trim_to_last_compaction_boundary
+
+T = TypeVar("T")
+
+DEFAULT_STORE_TIMEOUT_S = 120.0
+"""How long one store call may take when ``turn_timeout_s`` is not set."""
+
+
+class Journal(Protocol):
+    """One thread's journal as a turn and a compaction use it."""
+
+    thread_id: str
+    store_name: str
+
+    async def append(
+        self, events: Sequence[Event], *, expected_last_sequence: int | None = None
+    ) -> list[JournalEvent]:
+        """Append ``events`` as one durable batch; return them as journaled.
+
+        With ``expected_last_sequence`` the batch lands only if the thread's last event is
+        still that sequence (``SequenceConflictError`` otherwise, nothing written).
+        """
+        ...
+
+    async def read_events(self, *, after: int = 0) -> list[JournalEvent]:
+        """Return the thread's events with sequence above ``after``."""
+        ...
+
+    async def replay_history(self) -> list[TranscriptItem]:
+        """Return the transcript items from the last compaction boundary on."""
+        ...
+
+    async def last_sequence(self) -> int:
+        """Return the sequence of the thread's last event (0 when it has none): a mark."""
+        ...
+
+
+class ThreadJournal:
+    """A :class:`Journal` straight on the store, every call bounded by ``timeout_s``.
+
+    ``store_name`` (for example ``thread store 'jsonl'``) is what errors call the store.
+    A call that does not return in time raises ``StoreError`` saying so; the store call is
+    cancelled (a blocking driver call in a worker thread ends when it returns).
+    """
+
+    def __init__(
+        self,
+        store: ThreadStore,
+        thread_id: str,
+        *,
+        store_name: str,
+        timeout_s: float | None = None,
+    ) -> None:
+        self.store = store
+        self.thread_id = thread_id
+        self.store_name = store_name
+        self.timeout_s = timeout_s if timeout_s is not None else DEFAULT_STORE_TIMEOUT_S
+
+    async def bounded(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Return ``await call()``; raise ``StoreError`` naming the store when it is late."""
+        with anyio.move_on_after(self.timeout_s) as scope:
+            return await call()
+        assert scope.cancelled_caught
+        raise StoreError(
+            f"{self.store_name} did not answer within {self.timeout_s:g} s ({what} of thread "
+            f"{self.thread_id!r}); check the store (disk, database, network) and try again"
+        )
+
+    async def append(
+        self, events: Sequence[Event], *, expected_last_sequence: int | None = None
+    ) -> list[JournalEvent]:
+        """Append ``events`` (conditionally with ``expected_last_sequence``)."""
+        if expected_last_sequence is None:
+            return await self.bounded(
+                "append", lambda: self.store.append_events(self.thread_id, events)
+            )
+        return await self.bounded(
+            "conditional append",
+            lambda: self.store.append_events(
+                self.thread_id, events, expected_last_sequence=expected_last_sequence
+            ),
+        )
+
+    async def read_events(self, *, after: int = 0) -> list[JournalEvent]:
+        """Return the thread's events with sequence above ``after``."""
+        return await self.bounded(
+            "read", lambda: self.store.read_events(self.thread_id, after=after)
+        )
+
+    async def replay_history(self) -> list[TranscriptItem]:
+        """Return the transcript items from the last compaction boundary on."""
+        # Decoding many events: the cyclic collector would only slow it down.
+        with gc_paused():
+            entries = await self.bounded("replay", lambda: self.store.replay_events(self.thread_id))
+            items = [e.event.item for e in entries if isinstance(e.event, ItemCompleted)]
+            return trim_to_last_compaction_boundary(items)
+
+    async def last_sequence(self) -> int:
+        """Return the sequence of the thread's last event (0 when it has none)."""
+        metadata = await self.bounded(
+            "metadata read", lambda: self.store.get_thread(self.thread_id)
+        )
+        return metadata.last_sequence
+
+    async def event_page(self, *, before: int | None = None, limit: int = 256) -> EventPage:
+        """Return up to ``limit`` events below ``before`` (the newest when None), ascending."""
+        return await self.bounded(
+            "page read",
+            lambda: self.store.event_page(self.thread_id, before=before, limit=limit),
+        )

@@ -1,0 +1,93 @@
+"""Resuming a thread: close the turn a dead session left running, find its unanswered input.
+
+A session that died (its process was killed, its task torn down) may leave a turn without
+its end and input it accepted (``InputAccepted``) but never answered. Inputs start turns in
+the order they were accepted, so everything accepted before the journal's last
+``TurnStarted`` was answered; only the tail from there on is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from roder_api.errors import SequenceConflictError
+from roder_api.events import (
+    AbortReason,
+    Event,
+    InputAccepted,
+    ItemCompleted,
+    JournalEvent,
+    TurnAborted,
+    TurnComplete,
+    TurnStarted,
+)
+from roder_api.transcript import UserMessage
+from roder_runtime._journal import ThreadJournal
+from roder_runtime._recorder import EventRecorder
+from roder_runtime._turns import new_id
+
+_PAGE = 256
+_TRIES = 5
+
+
+async def read_tail(journal: ThreadJournal) -> list[JournalEvent]:
+    """Return the journal's events from its last ``TurnStarted`` on (all when it has none)."""
+    tail: list[JournalEvent] = []
+    before: int | None = None
+    while True:
+        page = await journal.event_page(before=before, limit=_PAGE)
+        for index in range(len(page.events) - 1, -1, -1):
+            if isinstance(page.events[index].event, TurnStarted):
+                return [*page.events[index:], *tail]
+        tail = [*page.events, *tail]
+        if page.next_before is None:
+            return tail
+        before = page.next_before
+
+
+def leftovers(tail: Sequence[Event]) -> tuple[str | None, list[str], list[InputAccepted]]:
+    """Return the open turn of ``tail``, the input it took but never journaled, and the
+    input accepted for later turns and never answered."""
+    last = tail[0].turn_id if tail and isinstance(tail[0], TurnStarted) else None
+    ended = any(isinstance(e, (TurnComplete, TurnAborted)) and e.turn_id == last for e in tail)
+    pending: list[InputAccepted] = []
+    for event in tail:
+        if isinstance(event, InputAccepted):
+            pending.append(event)
+        elif isinstance(event, ItemCompleted) and isinstance(event.item, UserMessage):
+            text = event.item.text
+            for index, accepted in enumerate(pending):
+                if accepted.turn_id == event.turn_id and accepted.text == text:
+                    del pending[index]
+                    break
+    mine = [a.text for a in pending if a.turn_id == last]
+    later = [a for a in pending if a.turn_id != last]
+    if ended:  # not left by a dead session: run it anew rather than lose it
+        later = [InputAccepted(new_id("turn"), text) for text in mine] + later
+        return None, [], later
+    return last, mine, later
+
+
+async def find_leftovers(journal: ThreadJournal, recorder: EventRecorder) -> list[tuple[str, str]]:
+    """Close a dead session's open turn (through ``recorder``); return its unanswered input.
+
+    The open turn is closed with the input it had taken journaled into it, then
+    ``TurnAborted(turn_id, "process_exited")``, by a conditional append on the last
+    sequence read (read again when someone appended meanwhile). Returns ``(turn_id,
+    text)`` of each input accepted for a later turn, in order, to be run.
+    """
+    for _ in range(_TRIES):
+        tail = await read_tail(journal)
+        open_turn, taken, later = leftovers([e.event for e in tail])
+        pending = [(a.turn_id, a.text) for a in later]
+        if open_turn is None:
+            return pending
+        closing: list[Event] = [ItemCompleted(open_turn, UserMessage(text)) for text in taken]
+        closing.append(TurnAborted(open_turn, AbortReason.PROCESS_EXITED))
+        last = tail[-1].sequence if tail else 0
+        try:
+            await recorder.append_now(closing, expected_last_sequence=last)
+        except SequenceConflictError:
+            continue
+        return pending
+    raise SequenceConflictError.conditional(journal.thread_id, last, last + 1)

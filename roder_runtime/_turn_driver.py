@@ -1,0 +1,435 @@
+"""The turn driver: one turn from start to end, and the outcome it reports.
+
+A :class:`TurnDriver` owns everything of one turn — journaling its start and input,
+automatic compaction, the model steps (through the model-call primitive, with retries and
+visible ``WarningEvent`` s), steering, partial text, the error and the abort — and returns
+a :class:`TurnOutcome`. It knows its own state because it emits every event itself; the
+session only hands it a :class:`TurnSink` (the recorder), a journal, the model catalog and
+an :class:`Inbox` for steering, and may stop it with :meth:`TurnDriver.abort`.
+
+The step loop (:meth:`TurnDriver._steps`) has two seams for later work:
+
+* **tool step** — after a model step that ended with tool calls, the driver hands the calls
+  to its ``tool_step`` collaborator (a :class:`ToolRunner`), adds the calls and their
+  results to the transcript and loops to the next model step, up to ``max_tool_steps``;
+* **in-turn native compaction** — a model step collects its items (:class:`_Step.items`) and
+  journals them as one batch when the step ends with ``Completed``; a ``ProviderMetadata``
+  boundary yielded by ``stream_turn`` is staged there and commits (or is discarded) with
+  that batch, in :meth:`TurnDriver._finish_step`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import anyio
+
+from roder_api.errors import CompactionError, RecorderError, RecorderFullError, StoreError
+from roder_api.events import (
+    AbortReason,
+    AssistantContentDelta,
+    ContentPhase,
+    ErrorEvent,
+    Event,
+    InputAccepted,
+    ItemCompleted,
+    ModelStepStarted,
+    TurnAborted,
+    TurnComplete,
+    TurnStarted,
+    UsagePurpose,
+    UsageUpdated,
+    WarningEvent,
+)
+from roder_api.inference import (
+    AgentInferenceRequest,
+    Completed,
+    Failed,
+    InferenceEngine,
+    InferenceEvent,
+    InferenceTurnContext,
+    MessageDelta,
+    ReasoningDelta,
+    ToolCallCompleted,
+    Usage,
+)
+from roder_api.transcript import (
+    AssistantMessage,
+    ProviderMetadata,
+    Reasoning,
+    ToolCallRecord,
+    ToolResultRecord,
+    TranscriptItem,
+    UserMessage,
+)
+from roder_runtime._auto_compaction import auto_compaction_due, maybe_auto_compact
+from roder_runtime._catalog import ModelCatalog
+from roder_runtime._journal import Journal
+from roder_runtime._model_call import Attempt, PreemptSignal, RetryNotice, call_model
+from roder_runtime._turns import new_id
+
+
+class TurnSink(Protocol):
+    """Where a turn's events go: the session's recorder (persisted before delivered)."""
+
+    @property
+    def journal(self) -> Journal:
+        """Return the thread's journal, appending in order with the recorder."""
+        ...
+
+    def stream(self, event: AssistantContentDelta) -> None:
+        """Record streamed text now, or raise ``RecorderFullError`` (the consumer fell behind)."""
+        ...
+
+    async def record(self, *events: Event) -> None:
+        """Record events that must not be lost, waiting for room (one batch when possible)."""
+        ...
+
+    async def persisted(self) -> None:
+        """Wait until everything recorded so far is persisted."""
+        ...
+
+
+class Inbox(Protocol):
+    """The steering of the running turn, kept by the session."""
+
+    def take(self) -> list[str]:
+        """Return (and remove) the steering texts that arrived, in order."""
+        ...
+
+    def take_or_close(self) -> list[str]:
+        """Return the steering that arrived; when there is none, accept no more (atomically)."""
+        ...
+
+    def close(self) -> list[str]:
+        """Accept no more steering; return what arrived and was not taken."""
+        ...
+
+    def preempt(self) -> AbstractContextManager[PreemptSignal]:
+        """Return a block during which a ``Steer`` sets the yielded event."""
+        ...
+
+
+class ToolRunner(Protocol):
+    """Runs one tool step: the calls of a model step, journaling their results in order."""
+
+    async def run(self, calls: Sequence[ToolCallRecord]) -> list[ToolResultRecord]:
+        """Run ``calls``; return their results in the order of the calls."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOutcome:
+    """How a turn ended: ``reason`` is None when it completed, else why it was aborted."""
+
+    turn_id: str
+    reason: AbortReason | None
+    last_text: str | None = None
+
+
+class _TurnFailed(Exception):
+    """Raised inside the driver to end the turn with an ``ErrorEvent`` (its message)."""
+
+
+@dataclass
+class _Step:
+    """What one model step produced so far (staged; journaled at its end)."""
+
+    step_id: str = ""
+    text: str = ""
+    reasoning: str = ""
+    items: list[TranscriptItem] = field(default_factory=list)
+    completed: bool = False
+    failure: str | None = None
+
+
+class TurnDriver:
+    """Runs one turn (see the module docstring); :meth:`run` returns its outcome."""
+
+    def __init__(
+        self,
+        *,
+        turn_id: str,
+        text: str,
+        engine: InferenceEngine,
+        model: str,
+        catalog: ModelCatalog,
+        sink: TurnSink,
+        inbox: Inbox,
+        input_accepted: bool = False,
+        announce_input: bool = True,
+        on_input_journaled: Callable[[], None] = lambda: None,
+        tool_step: ToolRunner | None = None,
+        max_tool_steps: int = 32,
+    ) -> None:
+        self.turn_id = turn_id
+        self.user_message = UserMessage(text)
+        self.engine = engine
+        self.model = model
+        self.catalog = catalog
+        self.config = catalog.config
+        self.sink = sink
+        self.journal = sink.journal
+        self.inbox = inbox
+        self.tool_step = tool_step
+        self.max_tool_steps = max_tool_steps
+        self.scope = anyio.CancelScope()
+        self.abort_reason: AbortReason | None = None
+        self.finished = False
+        self._input_accepted = input_accepted
+        self._announce_input = announce_input
+        self._on_input_journaled = on_input_journaled
+        self._started = False
+        self._input_recorded = False
+        self._partial = ""
+        self._waiting_for = f"engine {engine.id!r}"
+
+    def abort(self, reason: AbortReason) -> None:
+        """Stop the turn now (``interrupted``, ``closed``, ...), keeping the text delivered."""
+        if not self.finished and self.abort_reason is None:
+            self.abort_reason = reason
+            self.scope.cancel()
+
+    # --- the whole turn ------------------------------------------------------------------------
+
+    async def run(self) -> TurnOutcome:
+        """Run the turn to its end; return how it ended (its events are all recorded)."""
+        error: str | None = None
+        last_text: str | None = None
+        timeout = self.config.turn_timeout_s
+        if timeout is not None:
+            self.scope.deadline = anyio.current_time() + timeout
+        with self.scope:
+            try:
+                transcript = await self._begin()
+                last_text = await self._steps(transcript)
+            except _TurnFailed as exc:
+                error = str(exc)
+            except RecorderFullError as exc:
+                # The consumer fell behind: the turn stops; it ends once there is room.
+                error = str(exc)
+            except RecorderError:
+                raise  # nothing more can be journaled: the session stops
+            except StoreError as exc:
+                error = f"the turn failed ({self.journal.store_name}): {exc}"
+            except Exception as exc:  # noqa: BLE001 - a broken engine fails its turn only
+                error = f"the turn failed (engine {self.engine.id!r}): {type(exc).__name__}: {exc}"
+        if self.finished:
+            self._on_input_journaled()
+            return TurnOutcome(self.turn_id, None, last_text)
+        if self.scope.cancelled_caught and self.abort_reason is None and timeout is not None:
+            # The deadline passed (an interrupt or a close sets its reason before cancelling).
+            self.abort_reason = AbortReason.TIMEOUT
+            error = (
+                f"the turn did not finish within turn_timeout_s = {timeout:g} s; "
+                f"{self._waiting_for} was stopped"
+            )
+        reason = self.abort_reason or AbortReason.FAILED
+        self.finished = True
+        await self._end_aborted(reason, error)
+        return TurnOutcome(self.turn_id, reason)
+
+    async def _end_aborted(self, reason: AbortReason, error: str | None) -> None:
+        """Journal the end of an aborted turn: its input whatever happened, the partial
+        text, the error, then ``TurnAborted`` — the one place that composes them."""
+        events: list[Event] = []
+        if not self._started:
+            events.append(TurnStarted(self.turn_id))
+        if not self._input_recorded:
+            events.append(ItemCompleted(self.turn_id, self.user_message))
+        if self._partial:
+            events.append(ItemCompleted(self.turn_id, AssistantMessage(self._partial, True)))
+        # Steering that came too late for a model call is kept: the next turn replays it.
+        events += [ItemCompleted(self.turn_id, UserMessage(t)) for t in self.inbox.close()]
+        if error is not None:
+            events.append(ErrorEvent(error, self.turn_id))
+        events.append(TurnAborted(self.turn_id, reason))
+        await self.sink.record(*events)
+        self._on_input_journaled()
+
+    # --- start and input -----------------------------------------------------------------------
+
+    async def _begin(self) -> list[TranscriptItem]:
+        """Journal the turn's start and input, compacting in between when due.
+
+        Return the first model call's transcript. The input is journaled (as its
+        ``UserMessage``, or as ``InputAccepted`` when a compaction comes first) before any
+        model call; ``on_input_journaled`` is called once it is persisted.
+        """
+        user = self.user_message
+        self._waiting_for = self.journal.store_name
+        history = await self.journal.replay_history()
+        due = await auto_compaction_due(self.catalog, self.engine, self.model, history, [user])
+        start: list[Event] = [TurnStarted(self.turn_id)]
+        if not due:
+            start.append(ItemCompleted(self.turn_id, user))
+        elif not self._input_accepted and self._announce_input:
+            start.append(InputAccepted(self.turn_id, user.text))
+        await self.sink.record(*start)
+        self._started = True
+        self._input_recorded = not due
+        await self.sink.persisted()
+        self._on_input_journaled()
+        if not due:
+            return [*history, user]
+        try:
+            with self.inbox.preempt() as preempt:
+                compacted = await maybe_auto_compact(
+                    self.journal,
+                    self.catalog,
+                    self.turn_id,
+                    self.engine,
+                    self.model,
+                    history,
+                    pending=[user],
+                    preempt=preempt,
+                )
+        except CompactionError as exc:
+            raise _TurnFailed(str(exc)) from exc
+        await self.sink.record(ItemCompleted(self.turn_id, user))
+        self._input_recorded = True
+        return [*compacted, user]
+
+    # --- the steps -----------------------------------------------------------------------------
+
+    async def _steps(self, transcript: Sequence[TranscriptItem]) -> str | None:
+        """Run model steps until the model answers; return the turn's last assistant text.
+
+        After each model step: if it ended with tool calls and a ``tool_step`` is given, the
+        calls run (a tool step) and the loop goes on with their results; else steering that
+        arrived meanwhile joins the turn and the loop goes on; else the turn completes —
+        deciding "no more steering" atomically with the inbox, so that a ``Steer`` arriving
+        now goes to the next turn instead of being lost.
+        """
+        history = list(transcript)
+        last_text: str | None = None
+        tool_steps = 0
+        while True:
+            step = await self._model_step(history)
+            items = self._step_items(step)
+            if step.text:
+                last_text = step.text
+            calls = [i for i in items if isinstance(i, ToolCallRecord)]
+            if calls and self.tool_step is not None and tool_steps < self.max_tool_steps:
+                # The tool step: the calls are journaled before they run; then their results.
+                await self._finish_step(items, [])
+                tool_steps += 1
+                results = await self.tool_step.run(calls)
+                history += [*items, *results]
+                continue
+            steering = self.inbox.take_or_close()
+            if steering:
+                messages = [UserMessage(text) for text in steering]
+                await self._finish_step(items, [ItemCompleted(self.turn_id, m) for m in messages])
+                history += [*items, *messages]
+                continue
+            self.finished = True
+            with anyio.CancelScope(shield=True):  # decided: the turn completes, whatever comes
+                await self._finish_step(items, [TurnComplete(self.turn_id, last_text)])
+            return last_text if last_text is not None else ""
+
+    def _step_items(self, step: _Step) -> list[TranscriptItem]:
+        items = list(step.items)
+        if step.reasoning:
+            items.append(Reasoning(step.reasoning))
+        if step.text:
+            items.append(AssistantMessage(step.text))
+        return items
+
+    async def _finish_step(self, items: Sequence[TranscriptItem], then: Sequence[Event]) -> None:
+        """Journal a completed step's items as one batch, followed by ``then``.
+
+        (In-turn native compaction commits a staged boundary here, with the step's items.)
+        """
+        self._partial = ""
+        await self.sink.record(*(ItemCompleted(self.turn_id, i) for i in items), *then)
+
+    async def _model_step(self, history: Sequence[TranscriptItem]) -> _Step:
+        """Call the model once (with retries); return the completed step or end the turn.
+
+        A retryable failure before any output retries the step (a ``WarningEvent`` says so);
+        afterwards, or when not retryable, ``_TurnFailed`` ends the turn, keeping the text
+        already delivered.
+        """
+        request = AgentInferenceRequest(
+            model=self.model, instructions=self.config.instructions, transcript=tuple(history)
+        )
+        step = _Step()
+
+        async def start(number: int) -> AsyncIterator[InferenceEvent]:
+            nonlocal step
+            step = _Step(new_id("step"))
+            await self.sink.record(ModelStepStarted(self.turn_id, step.step_id))
+            self._waiting_for = f"engine {self.engine.id!r}"
+            ctx = InferenceTurnContext(
+                self.journal.thread_id, self.turn_id, step.step_id, UsagePurpose.TURN, number
+            )
+            return self.engine.stream_turn(ctx, request)
+
+        async def consume(attempt: Attempt, event: InferenceEvent) -> bool:
+            return await self._consume(step, event)
+
+        async def before_retry(attempt: Attempt, notice: RetryNotice) -> None:
+            await self.sink.record(WarningEvent(notice.message("model call"), self.turn_id))
+
+        attempts = await call_model(
+            start,
+            consume,
+            reliability=self.config.reliability,
+            retryable=lambda attempt: not attempt.produced,
+            before_retry=before_retry,
+        )
+        last = attempts[-1]
+        if last.error is not None:
+            error = last.error
+            raise _TurnFailed(
+                f"the turn failed (engine {self.engine.id!r}): {type(error).__name__}: {error}"
+            )
+        if last.failure is not None:
+            raise _TurnFailed(f"model call failed: {last.failure}")
+        if step.failure is not None:
+            raise _TurnFailed(f"model call failed: {step.failure}")
+        if not step.completed:
+            raise _TurnFailed("the model stream ended without completing")
+        return step
+
+    async def _consume(self, step: _Step, event: InferenceEvent) -> bool:
+        """Emit (deltas, usage) or stage (items) one engine event; False when it ended."""
+        if isinstance(event, MessageDelta):
+            if event.text:
+                self.sink.stream(
+                    AssistantContentDelta(
+                        self.turn_id, step.step_id, ContentPhase.FINAL_ANSWER, event.text
+                    )
+                )
+                step.text += event.text
+                self._partial = step.text
+        elif isinstance(event, ReasoningDelta):
+            if event.text:
+                self.sink.stream(
+                    AssistantContentDelta(
+                        self.turn_id, step.step_id, ContentPhase.REASONING, event.text
+                    )
+                )
+                step.reasoning += event.text
+        elif isinstance(event, ToolCallCompleted):
+            step.items.append(ToolCallRecord(event.id, event.name, event.arguments))
+        elif isinstance(event, Usage):
+            # Billed as observed, so every attempt is billed whatever happens next.
+            await self.sink.record(UsageUpdated(self.turn_id, event.usage, UsagePurpose.TURN))
+        elif isinstance(event, ProviderMetadata):
+            step.items.append(event)
+        elif isinstance(event, Completed):
+            step.completed = True
+            return False
+        elif isinstance(event, Failed):
+            step.failure = event.message
+            return False
+        else:
+            raise TypeError(
+                f"engine {self.engine.id!r} yielded {type(event).__name__}, not an inference event"
+            )
+        return True
