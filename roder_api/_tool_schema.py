@@ -31,9 +31,13 @@ class FunctionSchema:
     validate: Callable[[Mapping[str, Any]], dict[str, Any]]
 
 
-def function_schema(func: Callable[..., Any]) -> FunctionSchema:
-    """Return the description, the parameters' JSON Schema and an argument converter."""
-    from roder_api.tools import ToolContext
+def function_schema(func: Callable[..., Any], *, context_type: type) -> FunctionSchema:
+    """Return the description, the parameters' JSON Schema and an argument converter.
+
+    A parameter annotated with ``context_type`` (``ToolContext``: passed in, as ``tools``
+    imports this module) receives the context and is left out of the schema.
+    """
+    ToolContext = context_type  # noqa: N806 - the class it stands for
 
     signature = inspect.signature(func)
     try:

@@ -143,7 +143,7 @@ class FunctionTool(Tool):
     ) -> None:
         from roder_api._tool_schema import function_schema
 
-        schema = function_schema(func)
+        schema = function_schema(func, context_type=ToolContext)
         self.func = func
         self.name = check_tool_name(name if name is not None else func.__name__)
         self.description = description if description is not None else schema.description

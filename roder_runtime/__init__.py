@@ -16,8 +16,9 @@ from roder_runtime._config import (
     load_config,
     roder_home,
 )
+from roder_runtime._ops import Interrupt, Op, Steer, UserInput
 from roder_runtime._runtime import DEFAULT_ENGINE, Runtime
-from roder_runtime._session import Interrupt, Op, Session, Steer, UserInput
+from roder_runtime._session import Session
 
 __version__ = _api_version
 

@@ -48,7 +48,8 @@ from roder_runtime._estimates import sum_usage_by_purpose
 from roder_runtime._guards import open_store
 from roder_runtime._journal import ThreadJournal
 from roder_runtime._model_call import PreemptSignal
-from roder_runtime._session import Session, SessionStart
+from roder_runtime._ops import SessionStart
+from roder_runtime._session import Session
 from roder_runtime._turns import new_id
 
 __all__ = ["DEFAULT_ENGINE", "Emit", "Runtime", "load_registry"]
@@ -288,7 +289,7 @@ class Runtime:
         engine: str | None = None,
         model: str | None = None,
         owner: str | None = None,
-    ) -> SessionStart:
+    ) -> SessionStart[Session]:
         """Return a running session on a thread (``engine``: an engine id, default the default).
 
         Use it as ``async with runtime.start_session(id) as session:`` (preferred), or await

@@ -1,25 +1,22 @@
 """Sessions: the submission queue, the recorder and the lifecycle of one thread's turns.
 
-A :class:`Session` holds the thread's lease for its whole life, takes ops through
-``await submit(op)`` into a bounded queue — an accepted input is journaled before ``submit``
-returns —, hands each turn to a :class:`~roder_runtime._turn_driver.TurnDriver`, and records
+A :class:`Session` holds the thread's lease for its whole life, takes ops through ``await
+submit(op)`` into a bounded queue (an accepted input is journaled before ``submit``
+returns), hands each turn to a :class:`~roder_runtime._turn_driver.TurnDriver`, and records
 every event through an :class:`~roder_runtime._recorder.EventRecorder`, which persists it
-before :meth:`Session.next_event` hands it out.
-
-Its background tasks live in a task group opened by ``Runtime.start_session`` and closed by
-:meth:`Session.aclose`; open and close it in the same task (``async with`` does). The tasks
-are shielded from the opener's cancellation: cancelling the task that holds the session
-closes it through ``aclose`` (turns end as ``closed``), it never tears a turn apart.
+before :meth:`Session.next_event` hands it out. Its background tasks live in a task group
+opened by ``Runtime.start_session`` and closed by :meth:`Session.aclose` in the same task;
+they are shielded from that task's cancellation, which closes the session through
+``aclose`` instead of tearing a turn apart.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
 
 import anyio
 import anyio.abc
@@ -27,8 +24,6 @@ import anyio.abc
 from roder_api.errors import BusyError, InputTooLargeError, RecorderError, StoppedError
 from roder_api.events import (
     AbortReason,
-    AssistantContentDelta,
-    Event,
     InputAccepted,
     ItemCompleted,
     JournalEvent,
@@ -37,43 +32,20 @@ from roder_api.events import (
 )
 from roder_api.inference import InferenceEngine
 from roder_api.threads import ThreadLease
-from roder_api.transcript import TranscriptItem, UserMessage
+from roder_api.transcript import UserMessage
 from roder_runtime._catalog import ModelCatalog
 from roder_runtime._journal import ThreadJournal
-from roder_runtime._recorder import EventRecorder, event_size
+
+# The ops are re-exported: ``roder chat`` and older importers take them from here.
+from roder_runtime._ops import Interrupt as Interrupt
+from roder_runtime._ops import Op as Op
+from roder_runtime._ops import Steer as Steer
+from roder_runtime._ops import UserInput as UserInput
+from roder_runtime._recorder import EventRecorder
 from roder_runtime._resume import find_leftovers
+from roder_runtime._session_io import RecorderSink, TurnInbox
 from roder_runtime._turn_driver import TurnDriver
 from roder_runtime._turns import new_id
-
-
-@dataclass(frozen=True, slots=True)
-class UserInput:
-    """An op: start a turn with ``text`` as the user's message (queued behind running turns)."""
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Interrupt:
-    """An op: stop turn ``turn_id`` now, keeping the text already delivered."""
-
-    turn_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Steer:
-    """An op: new user input for the running turn; it preempts a running compaction.
-
-    The running turn finishes its current model call, then adds ``text`` as a user message
-    of the same turn and calls the model again. With no turn running — or when the running
-    turn has already decided to end — it starts a turn, like :class:`UserInput`.
-    """
-
-    text: str
-
-
-Op: TypeAlias = UserInput | Interrupt | Steer
-"""What :meth:`Session.submit` takes."""
 
 
 @dataclass(slots=True)
@@ -87,98 +59,6 @@ class _Queued:
     direct: bool = False
     interrupted: bool = False
     journaled: anyio.Event = field(default_factory=anyio.Event)
-
-
-class _Inbox:
-    """The running turn's steering; closed once the turn takes its last look at it."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self.texts: list[str] = []
-        self.open = True
-
-    def take(self) -> list[str]:
-        taken, self.texts = self.texts, []
-        return taken
-
-    def take_or_close(self) -> list[str]:
-        if not self.texts:
-            self.open = False
-        return self.take()
-
-    def close(self) -> list[str]:
-        self.open = False
-        return self.take()
-
-    def preempt(self) -> contextlib.AbstractContextManager[anyio.Event]:
-        return self.session.compaction_preempt()
-
-
-class _RecordedJournal:
-    """The thread's journal for a turn: appends go through the recorder, in order."""
-
-    def __init__(self, journal: ThreadJournal, recorder: EventRecorder) -> None:
-        self.thread_id = journal.thread_id
-        self.store_name = journal.store_name
-        self._journal = journal
-        self._recorder = recorder
-
-    async def append(
-        self, events: Sequence[Event], *, expected_last_sequence: int | None = None
-    ) -> list[JournalEvent]:
-        return await self._recorder.append_now(
-            events, expected_last_sequence=expected_last_sequence
-        )
-
-    async def read_events(self, *, after: int = 0) -> list[JournalEvent]:
-        return await self._journal.read_events(after=after)
-
-    async def replay_history(self) -> list[TranscriptItem]:
-        return await self._journal.replay_history()
-
-    async def last_sequence(self) -> int:
-        return await self._journal.last_sequence()
-
-
-class _Sink:
-    """What a turn records through: the recorder, with room for what must not be lost."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self.recorder = session.recorder
-        self.journal = _RecordedJournal(session.journal, session.recorder)
-
-    def stream(self, event: AssistantContentDelta) -> None:
-        self.recorder.record(event)
-
-    async def record(self, *events: Event) -> None:
-        await self.session._record_surely(*events)
-
-    async def persisted(self) -> None:
-        await self.recorder.wait_persisted()
-
-
-class SessionStart(Awaitable["Session"]):
-    """What ``Runtime.start_session`` returns: await it, or use it as ``async with``.
-
-    ``session = await runtime.start_session(...)`` starts the session (close it with
-    ``aclose()``); ``async with runtime.start_session(...) as session:`` also closes it.
-    """
-
-    def __init__(self, starting: Coroutine[Any, Any, Session]) -> None:
-        self._starting = starting
-        self._session: Session | None = None
-
-    def __await__(self) -> Generator[Any, None, Session]:
-        return self._starting.__await__()
-
-    async def __aenter__(self) -> Session:
-        self._session = await self._starting
-        return self._session
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._session is not None:
-            await self._session.aclose()
 
 
 class Session:
@@ -213,7 +93,7 @@ class Session:
         self._queue: deque[_Queued] = deque()
         self._queue_signal = anyio.Event()
         self._turn: TurnDriver | None = None
-        self._inbox: _Inbox | None = None
+        self._inbox: TurnInbox | None = None
         self._preempt: anyio.Event | None = None
         self._closing = False
         self._closed = False
@@ -228,19 +108,15 @@ class Session:
             event_capacity=config.recorder_event_capacity,
             byte_budget=config.recorder_byte_budget,
         )
-        self._sink = _Sink(self)
+        self._sink = RecorderSink(journal, self.recorder)
         self._task_group: anyio.abc.TaskGroup | None = None
         self._on_close = on_close
 
     # --- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Take the lease, start the background tasks and pick up what a dead session left.
-
-        Raise ``ThreadBusyError`` when another session holds the thread. A turn left running
-        is closed with ``TurnAborted(turn_id, "process_exited")``; input it accepted and
-        never answered is run as turns.
-        """
+        """Take the lease (or raise ``ThreadBusyError``), start the tasks, and close the
+        turn a dead session left running; the input it accepted is run as turns."""
         self.lease = await self._lease_cm.__aenter__()
         try:
             task_group = anyio.create_task_group()
@@ -309,14 +185,14 @@ class Session:
                 await self._lease_cm.__aexit__(None, None, None)
 
     async def _stop_tasks(self) -> None:
-        self._closing = True
+        self._closing = self._sink.closing = True
         if self._turn is not None:
             self._turn.abort(self._close_reason)
         self._queue_signal.set()
         self.recorder.discard_undelivered()
         if self._task_group is None:
             return
-        if self._tasks[1:]:
+        if len(self._tasks) > 1:  # the worker started
             await self._worker_done.wait()
         self.recorder.close()
         await self._recorder_done.wait()
@@ -338,13 +214,10 @@ class Session:
     async def submit(self, op: Op, *, turn_id: str | None = None) -> str | None:
         """Submit an op; return the turn id a ``UserInput`` (or a ``Steer``) goes to.
 
-        A ``UserInput`` or ``Steer`` is *accepted* when ``submit`` returns: it is then in
-        the journal (as the turn's ``UserMessage`` or as ``InputAccepted``) and will be
-        answered, whatever happens to the caller's task. ``turn_id`` chooses the id of the
-        turn a ``UserInput`` starts. Raised ``InputTooLargeError`` over ``max_input_bytes``
-        and ``BusyError`` when the queue is full (``submission_queue_capacity``): nothing
-        was accepted. ``StoppedError`` once the session is closed or stopped. An
-        ``Interrupt`` acts at once; one of a turn not running or queued does nothing.
+        An input is *accepted* when this returns: it is journaled and will be answered
+        (docs/sessions.md). ``turn_id`` names the turn a ``UserInput`` starts. Raised
+        ``InputTooLargeError`` over ``max_input_bytes``, ``BusyError`` when the queue is
+        full (nothing accepted), ``StoppedError`` once closed. ``Interrupt`` acts at once.
         """
         self._check_usable()
         if isinstance(op, Interrupt):
@@ -498,31 +371,15 @@ class Session:
                 await self._run_turn(queued)
 
     async def _record_unstarted(self, queued: _Queued, reason: AbortReason) -> None:
-        await self._record_surely(
+        await self._sink.record(
             TurnStarted(queued.turn_id),
             ItemCompleted(queued.turn_id, UserMessage(queued.text)),
             TurnAborted(queued.turn_id, reason),
         )
         queued.journaled.set()
 
-    async def _record_surely(self, *events: Event) -> None:
-        """Record events the session must not lose, waiting for room when the queue is full.
-
-        The events are recorded together (one batch, so one atomic append when nothing else
-        is queued) once there is room for all of them. Room comes from the consumer (or,
-        once closing, from persisting alone).
-        """
-        size = sum(event_size(event) for event in events)
-        while not self.recorder.has_room(len(events), size) and self.recorder.held:
-            if self._closing:
-                await self.recorder.wait_persisted()
-            else:
-                await self.recorder.flush()
-        for event in events:
-            self.recorder.record(event, room_checked=True)
-
     async def _run_turn(self, queued: _Queued) -> None:
-        inbox = _Inbox(self)
+        inbox = TurnInbox(self.compaction_preempt)
         driver = TurnDriver(
             turn_id=queued.turn_id,
             text=queued.text,

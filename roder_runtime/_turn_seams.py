@@ -1,0 +1,75 @@
+"""What the turn driver needs from its session and gives back (its seams, as protocols).
+
+A :class:`TurnSink` records a turn's events, an :class:`Inbox` holds its steering, a
+:class:`ToolRunner` runs its tool steps; a :class:`TurnOutcome` says how it ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+from roder_api.events import AbortReason, AssistantContentDelta, Event
+from roder_api.transcript import ToolCallRecord, ToolResultRecord
+from roder_runtime._journal import Journal
+from roder_runtime._model_call import PreemptSignal
+
+
+class TurnSink(Protocol):
+    """Where a turn's events go: the session's recorder (persisted before delivered)."""
+
+    @property
+    def journal(self) -> Journal:
+        """Return the thread's journal, appending in order with the recorder."""
+        ...
+
+    def stream(self, event: AssistantContentDelta) -> None:
+        """Record streamed text now, or raise ``RecorderFullError`` (the consumer fell behind)."""
+        ...
+
+    async def record(self, *events: Event) -> None:
+        """Record events that must not be lost, waiting for room (one batch when possible)."""
+        ...
+
+    async def persisted(self) -> None:
+        """Wait until everything recorded so far is persisted."""
+        ...
+
+
+class Inbox(Protocol):
+    """The steering of the running turn, kept by the session."""
+
+    def take(self) -> list[str]:
+        """Return (and remove) the steering texts that arrived, in order."""
+        ...
+
+    def take_or_close(self) -> list[str]:
+        """Return the steering that arrived; when there is none, accept no more (atomically)."""
+        ...
+
+    def close(self) -> list[str]:
+        """Accept no more steering; return what arrived and was not taken."""
+        ...
+
+    def preempt(self) -> AbstractContextManager[PreemptSignal]:
+        """Return a block during which a ``Steer`` sets the yielded event."""
+        ...
+
+
+class ToolRunner(Protocol):
+    """Runs one tool step: the calls of a model step, journaling their results in order."""
+
+    async def run(self, calls: Sequence[ToolCallRecord]) -> list[ToolResultRecord]:
+        """Run ``calls``; return their results in the order of the calls."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOutcome:
+    """How a turn ended: ``reason`` is None when it completed, else why it was aborted."""
+
+    turn_id: str
+    reason: AbortReason | None
+    last_text: str | None = None

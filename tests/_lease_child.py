@@ -1,0 +1,73 @@
+"""A process that holds a session on a thread until told: what another process must respect.
+
+Usage: ``python _lease_child.py KIND WHERE THREAD_ID``; KIND is jsonl (WHERE a directory),
+sqlite (a file) or postgres (``DSN#SCHEMA``). Prints ``holding`` once the session is open
+(or ``busy: <message>`` and exits 3), then per stdin line ``turn TEXT`` runs a turn and
+prints ``done TEXT``; at the end of input closes the session and prints ``closed``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+
+from roder_api import ExtensionRegistryBuilder
+from roder_api.errors import ThreadBusyError
+from roder_api.events import TurnAborted, TurnComplete
+from roder_api.testing import ScriptedEngine
+from roder_api.threads import ThreadStoreFactory
+from roder_runtime import Runtime, UserInput
+
+
+def factory(kind: str, where: str) -> ThreadStoreFactory:
+    """Return the store factory of ``kind`` at ``where``."""
+    if kind == "jsonl":
+        from roder_jsonl_thread_store import JsonlThreadStoreFactory
+
+        return JsonlThreadStoreFactory(base_path=Path(where))
+    if kind == "sqlite":
+        from roder_sqlite_thread_store import SqliteThreadStoreFactory
+
+        return SqliteThreadStoreFactory(Path(where))
+    from roder_postgres_thread_store import PostgresThreadStoreFactory
+
+    dsn, schema = where.rsplit("#", 1)
+    return PostgresThreadStoreFactory(dsn, schema=schema)
+
+
+def say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+async def main(kind: str, where: str, thread_id: str) -> int:
+    builder = ExtensionRegistryBuilder()
+    builder.inference_engine(ScriptedEngine())
+    builder.thread_store_factory(factory(kind, where))
+    async with Runtime(builder.build(), name="lease-child") as runtime:
+        try:
+            session = await runtime.start_session(thread_id)
+        except ThreadBusyError as exc:
+            say(f"busy: {exc}")
+            return 3
+        async with session:
+            say("holding")
+            while True:
+                line = await anyio.to_thread.run_sync(sys.stdin.readline)
+                if not line:
+                    break
+                text = line.strip().removeprefix("turn ")
+                turn_id = await session.submit(UserInput(text))
+                while True:
+                    event = (await session.next_event()).event
+                    if isinstance(event, (TurnComplete, TurnAborted)) and event.turn_id == turn_id:
+                        break
+                say(f"done {text}")
+    say("closed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(anyio.run(main, *sys.argv[1:4]))
