@@ -125,3 +125,19 @@ def test_journal_events_equal_what_the_constructor_builds() -> None:
     import gc
 
     assert gc.isenabled()
+
+
+def test_decoded_records_share_one_empty_unknown_fields_that_cannot_change() -> None:
+    import pickle
+
+    first = codec.loads(codec.dumps(ItemCompleted("t", UserMessage("a"))))
+    second = codec.loads(codec.dumps(ItemCompleted("t", UserMessage("b"))))
+    assert first.unknown_fields is second.item.unknown_fields
+    assert first.unknown_fields == {} and isinstance(first.unknown_fields, dict)
+    with pytest.raises(TypeError, match="cannot be changed"):
+        first.unknown_fields["x"] = 1  # type: ignore[index]
+    with pytest.raises(TypeError):
+        first.unknown_fields.update(x=1)  # type: ignore[attr-defined]
+    assert first.unknown_fields == {}
+    again = pickle.loads(pickle.dumps(first))
+    assert again == first and type(again.unknown_fields) is dict
