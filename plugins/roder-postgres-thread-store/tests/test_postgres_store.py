@@ -247,3 +247,48 @@ async def test_thread_size_counts_the_stored_bytes(postgres_dsn: str, schema: st
     with pytest.raises(ThreadNotFoundError):
         await store.thread_size_bytes("missing")
     await store.aclose()
+
+
+async def test_a_read_only_open_of_a_missing_schema_creates_nothing(
+    postgres_dsn: str, schema: str
+) -> None:
+    for factory in (
+        PostgresThreadStoreFactory(postgres_dsn, schema=schema, read_only=True),
+        PostgresThreadStoreFactory(postgres_dsn, schema=schema, must_exist=True),
+    ):
+        with pytest.raises(StoreError, match="no Roder thread store"):
+            await factory.open()
+    with psycopg.connect(postgres_dsn) as conn:
+        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+        assert found.fetchone() is None, "a read-only open created the schema"
+
+
+async def test_a_lease_names_its_holder_from_the_leases_table(
+    postgres_dsn: str, schema: str
+) -> None:
+    from roder_api.errors import ThreadBusyError
+
+    first = await PostgresThreadStoreFactory(postgres_dsn, schema=schema).open()
+    second = await PostgresThreadStoreFactory(postgres_dsn, schema=schema).open()
+    try:
+        tid = (await first.create_thread(make_metadata())).thread_id
+        async with first.lease(tid, owner="worker-a") as lease:
+            with psycopg.connect(postgres_dsn) as conn:
+                row = conn.execute(
+                    f"SELECT owner, pid FROM {schema}.roder_leases WHERE thread_id = %s", (tid,)
+                ).fetchone()
+            assert row == ("worker-a", lease.holder.pid)
+            with pytest.raises(ThreadBusyError, match="worker-a") as info:
+                async with second.lease(tid, owner="worker-b"):
+                    pass
+            assert info.value.holder == lease.holder
+        with psycopg.connect(postgres_dsn) as conn:
+            gone = conn.execute(
+                f"SELECT count(*) FROM {schema}.roder_leases WHERE thread_id = %s", (tid,)
+            ).fetchone()
+        assert gone == (0,), "a released lease left its holder behind"
+        async with second.lease(tid, owner="worker-b"):
+            pass
+    finally:
+        await first.aclose()
+        await second.aclose()

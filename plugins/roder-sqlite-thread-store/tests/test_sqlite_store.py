@@ -239,3 +239,107 @@ async def test_thread_size_counts_the_stored_bytes(tmp_path: Path) -> None:
     with pytest.raises(ThreadNotFoundError):
         await store.thread_size_bytes("missing")
     await store.aclose()
+
+
+# --- reads that never write, leases, the store's own worker threads -------------------------
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+async def test_a_read_only_open_of_a_missing_file_creates_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "threads.sqlite3"
+    for factory in (
+        SqliteThreadStoreFactory(missing, read_only=True),
+        SqliteThreadStoreFactory(missing, must_exist=True),
+    ):
+        with pytest.raises(StoreError, match="no SQLite thread store"):
+            await factory.open()
+    assert not missing.parent.exists(), "opening for reading created something"
+
+
+async def test_reading_a_read_only_store_changes_no_file(tmp_path: Path) -> None:
+    path = tmp_path / "db" / "threads.sqlite3"
+    store = await SqliteThreadStoreFactory(path).open()
+    tid = (await store.create_thread(make_metadata(title="kept"))).thread_id
+    await store.append_events(tid, [user_item("a"), user_item("b")])
+    await store.aclose()
+    before = _snapshot(path.parent)
+    reader = await SqliteThreadStoreFactory(path, read_only=True).open()
+    assert [e.sequence for e in await reader.read_events(tid)] == [1, 2]
+    assert (await reader.list_threads()).threads[0].title == "kept"
+    assert (await reader.get_thread(tid)).last_sequence == 2
+    with pytest.raises(StoreError, match="read-only"):
+        await reader.append_events(tid, [user_item("no")])
+    await reader.aclose()
+    after = _snapshot(path.parent)
+    # SQLite may make its WAL index (-wal, -shm) where it can; the database is untouched.
+    assert after[path.name] == before[path.name], "a read-only open changed the database"
+    assert set(after) - set(before) <= {path.name + "-wal", path.name + "-shm"}
+    assert not (path.parent / (path.name + ".leases")).exists()
+
+
+async def test_a_read_only_store_reads_a_file_it_cannot_write(tmp_path: Path) -> None:
+    # immutable=1 is what SQLite needs on a directory where no WAL index can be made; the
+    # store falls back to it when a plain mode=ro open fails.
+    path = tmp_path / "threads.sqlite3"
+    store = await SqliteThreadStoreFactory(path).open()
+    tid = (await store.create_thread(make_metadata())).thread_id
+    await store.append_events(tid, [user_item("a")])
+    await store.aclose()
+    os.chmod(path, 0o444)
+    try:
+        reader = await SqliteThreadStoreFactory(path, read_only=True).open()
+        assert [e.sequence for e in await reader.read_events(tid)] == [1]
+        await reader.aclose()
+    finally:
+        os.chmod(path, 0o644)
+
+
+async def test_leases_are_files_beside_the_database(tmp_path: Path) -> None:
+    from roder_api.errors import ThreadBusyError
+
+    path = tmp_path / "threads.sqlite3"
+    first = await SqliteThreadStoreFactory(path).open()
+    second = await SqliteThreadStoreFactory(path).open()
+    tid = (await first.create_thread(make_metadata())).thread_id
+    async with first.lease(tid, owner="one"):
+        assert (tmp_path / "threads.sqlite3.leases" / f"{tid}.lease").exists()
+        with pytest.raises(ThreadBusyError, match="one"):
+            async with second.lease(tid, owner="two"):
+                pass
+    async with second.lease(tid, owner="two"):
+        pass
+    await first.aclose()
+    await second.aclose()
+
+
+async def test_the_store_uses_its_own_worker_threads(tmp_path: Path) -> None:
+    # anyio's default pool is exhausted by someone else: the store still answers, on its
+    # own CapacityLimiter, and never borrows from that pool.
+    store = await SqliteThreadStoreFactory(tmp_path / "threads.sqlite3").open()
+    tid = (await store.create_thread(make_metadata())).thread_id
+    default = anyio.to_thread.current_default_thread_limiter()
+    saved = default.total_tokens
+    release = anyio.Event()
+    try:
+        default.total_tokens = 1
+        async with anyio.create_task_group() as tg:
+
+            async def hog() -> None:
+                async with default:
+                    await release.wait()
+
+            tg.start_soon(hog)
+            await anyio.sleep(0.05)
+            with anyio.fail_after(20):
+                async with anyio.create_task_group() as writers:
+                    for index in range(20):
+                        writers.start_soon(store.append_events, tid, [user_item(f"{index}")])
+                assert len(await store.read_events(tid)) == 20
+            assert store.limiter.total_tokens == store.max_threads
+            release.set()
+    finally:
+        default.total_tokens = saved
+        await store.aclose()
