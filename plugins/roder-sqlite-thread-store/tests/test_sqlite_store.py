@@ -272,6 +272,8 @@ async def test_reading_a_read_only_store_changes_no_file(tmp_path: Path) -> None
     assert (await reader.get_thread(tid)).last_sequence == 2
     with pytest.raises(StoreError, match="read-only"):
         await reader.append_events(tid, [user_item("no")])
+    with pytest.raises(StoreError, match="read-only"):
+        reader.lease(tid, owner="reader")
     await reader.aclose()
     after = _snapshot(path.parent)
     # SQLite may make its WAL index (-wal, -shm) where it can; the database is untouched.

@@ -180,6 +180,11 @@ class PostgresThreadStore(RelationalThreadStore):
         """
         validate_thread_id(thread_id)
         self.check_open()
+        if self.read_only:
+            raise StoreError(
+                f"the PostgreSQL thread store ({self._description}) was opened read-only: it "
+                f"cannot take the lease of thread {thread_id!r} (a lease is for running sessions)"
+            )
         if self._connect_lease is None:
             return super().lease(thread_id, owner=owner)
         if self._leases is None:

@@ -205,6 +205,11 @@ class SqliteThreadStore(RelationalThreadStore):
         Held across processes; the kernel releases it when the holder dies.
         """
         validate_thread_id(thread_id)
+        if self.read_only:
+            raise StoreError(
+                f"the SQLite thread store {self.path} was opened read-only: it cannot take "
+                f"the lease of thread {thread_id!r} (a lease is for running sessions)"
+            )
         if self._leases is None:
             self._leases = FileLeases(leases_directory(self.path), limiter=self.limiter)
         return self._leases.lease(thread_id, owner=owner)
