@@ -27,7 +27,9 @@ Every error Roder raises on purpose is a :class:`RoderError`::
     │   └── RecorderFullError (RecorderError)  the recorder's queue is full
     ├── InputTooLargeError (ValueError)
     ├── RecorderError                  the event recorder refused or failed
-    └── StoppedError                   the component was closed or stopped
+    ├── StoppedError                   the component was closed or stopped
+    └── ProviderFailure                a provider call failed (``.kind``, ``.retryable``,
+                                       ``.retry_after``); in ``roder_api.inference``
 
 Errors carry their context as attributes (``thread_id``, ``plugin``, ...) and say what to do
 next in their message.

@@ -262,6 +262,11 @@ class Session:
             with anyio.CancelScope(shield=True):
                 with anyio.move_on_after(self.journal.timeout_s):
                     await queued.journaled.wait()
+            if not queued.journaled.is_set() and not self._closing:
+                # The turn is slow to start (an engine slow to list its models): journal
+                # the input here rather than return without it.
+                self.recorder.record(InputAccepted(turn_id, text), room_checked=True)
+                queued.accepted = True
         await self._wait_persisted()
         return turn_id
 
@@ -305,11 +310,8 @@ class Session:
 
     @contextlib.contextmanager
     def compaction_preempt(self) -> Iterator[anyio.Event]:
-        """Return an event that a ``Steer`` sets while this block runs.
-
-        Give it to ``Runtime.compact_with_provider(..., preempt=event)`` so that the user
-        steering discards the candidate boundary instead of waiting for it.
-        """
+        """Return an event that a ``Steer`` sets while this block runs (give it to
+        ``Runtime.compact_with_provider(..., preempt=event)``: steering discards it)."""
         event = anyio.Event()
         previous, self._preempt = self._preempt, event
         try:
@@ -328,11 +330,8 @@ class Session:
         return await self.recorder.next_event()
 
     async def flush(self) -> None:
-        """Wait until every event recorded so far is persisted and delivered.
-
-        Raised ``RecorderError`` (with the store's error as ``__cause__``) when persisting
-        failed.
-        """
+        """Wait until every event recorded so far is persisted and delivered; raise
+        ``RecorderError`` (the store's error as ``__cause__``) when persisting failed."""
         await self.recorder.flush()
 
     # --- the worker ------------------------------------------------------------------------
@@ -368,7 +367,7 @@ class Session:
             elif queued.interrupted:
                 await self._record_unstarted(queued, AbortReason.INTERRUPTED)
             else:
-                await self._run_turn(queued)
+                await self._drive_turn(queued)
 
     async def _record_unstarted(self, queued: _Queued, reason: AbortReason) -> None:
         await self._sink.record(
@@ -378,7 +377,7 @@ class Session:
         )
         queued.journaled.set()
 
-    async def _run_turn(self, queued: _Queued) -> None:
+    async def _drive_turn(self, queued: _Queued) -> None:
         inbox = TurnInbox(self.compaction_preempt)
         driver = TurnDriver(
             turn_id=queued.turn_id,
@@ -388,7 +387,7 @@ class Session:
             catalog=self.catalog,
             sink=self._sink,
             inbox=inbox,
-            input_accepted=queued.accepted,
+            input_accepted=lambda: queued.accepted,
             announce_input=queued.announce,
             on_input_journaled=queued.journaled.set,
         )

@@ -98,7 +98,7 @@ class TurnDriver:
         catalog: ModelCatalog,
         sink: TurnSink,
         inbox: Inbox,
-        input_accepted: bool = False,
+        input_accepted: Callable[[], bool] = lambda: False,
         announce_input: bool = True,
         on_input_journaled: Callable[[], None] = lambda: None,
         tool_step: ToolRunner | None = None,
@@ -205,7 +205,7 @@ class TurnDriver:
         start: list[Event] = [TurnStarted(self.turn_id)]
         if not due:
             start.append(ItemCompleted(self.turn_id, user))
-        elif not self._input_accepted and self._announce_input:
+        elif not self._input_accepted() and self._announce_input:
             start.append(InputAccepted(self.turn_id, user.text))
         await self.sink.record(*start)
         self._started = True

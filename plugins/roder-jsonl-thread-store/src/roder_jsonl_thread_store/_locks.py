@@ -68,7 +68,7 @@ class ProcessLock:
             os.close(fd)  # closing the last descriptor drops the flock
 
 
-class Session:
+class WriterMarker:
     """A marker file locked for as long as this store may leave the index behind its journals.
 
     A store registers one before its first write and removes it on close. Whoever finds a

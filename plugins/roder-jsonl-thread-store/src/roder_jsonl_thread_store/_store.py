@@ -94,7 +94,7 @@ from roder_jsonl_thread_store._journal import (
 from roder_jsonl_thread_store._locks import (
     HAVE_FLOCK,
     ProcessLock,
-    Session,
+    WriterMarker,
     bury,
     dead_sessions,
 )
@@ -408,7 +408,7 @@ class JsonlThreadStore(ThreadStore):
         self._threads_prefix = str(self.threads_dir) + os.sep
         self._locks_prefix = str(self.locks_dir) + os.sep
         self._index = ThreadIndex(self.index_path)
-        self._session = Session(self.sessions_dir)
+        self._session = WriterMarker(self.sessions_dir)
         self._states: dict[str, JournalState] = {}
         # Damage a read found in a part of a journal the index vouched for, by thread id,
         # with the journal's (inode, size) then: refused until the file changes.
