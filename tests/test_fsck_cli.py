@@ -151,3 +151,26 @@ def test_fsck_refuses_other_stores_clearly(cli_env: dict[str, str], tmp_path: Pa
     result = roder("fsck", env=cli_env)
     assert result.returncode == 1
     assert "roder fsck checks JSONL thread stores" in result.stderr
+
+
+def test_fsck_reports_a_flipped_bit_in_the_last_line_and_only_repair_moves_it(
+    cli_env: dict[str, str],
+) -> None:
+    base = make_store(cli_env, {"a": 3})
+    journal = base / "threads" / "a.jsonl"
+    data = journal.read_bytes()
+    position = data.rindex(b'"text":"') + 9  # inside the last complete line's record
+    damaged = data[:position] + bytes([data[position] ^ 0x04]) + data[position + 1 :]
+    journal.write_bytes(damaged)
+    for index in base.glob("index.sqlite3*"):
+        index.unlink()  # the store must judge the journal from its lines alone
+    for _ in range(2):  # checking twice: the first check must not have "fixed" anything
+        result = roder("fsck", env=cli_env)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "a: line 4" in result.stdout and "1 damaged" in result.stdout
+        assert journal.read_bytes() == damaged
+    result = roder("fsck", "--repair", "--json", env=cli_env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    repair = json.loads(result.stdout)["threads"][0]["repair"]
+    assert journal.read_bytes() + Path(repair["quarantine"]).read_bytes() == damaged
+    assert roder("fsck", env=cli_env).returncode == 0

@@ -178,23 +178,30 @@ async def test_torn_last_line_is_cut_and_earlier_events_survive(
     with caplog.at_level(logging.WARNING, logger="roder.jsonl"):
         appended = await store.append_events("torn", [msg(4)])
     assert appended[0].sequence == 4
-    assert "bytes removed" in caplog.text
+    assert "cut a torn last line" in caplog.text and "bytes moved to" in caplog.text
     events = await store.read_events("torn")
     assert [e.event for e in events] == [msg(0), msg(1), msg(2), msg(4)]
     assert path.read_bytes().startswith(whole)
 
 
-async def test_unterminated_valid_last_line_gets_its_newline(
+async def test_an_unterminated_last_line_is_a_torn_write_moved_aside_by_the_next_write(
     jsonl_factory: JsonlThreadStoreFactory,
 ) -> None:
     store = await jsonl_factory.open()
     await store.create_thread(meta("nl"))
     await store.append_events("nl", [msg(1)])
     path = store.journal_path("nl")
-    path.write_bytes(path.read_bytes()[:-1])
+    torn = path.read_bytes()[:-1]
+    path.write_bytes(torn)  # the commit's one write lost its last byte: never acknowledged
     store = await jsonl_factory.open()
+    assert await store.read_events("nl") == []
     await store.append_events("nl", [msg(2)])
-    assert [e.event for e in await store.read_events("nl")] == [msg(1), msg(2)]
+    assert [e.event for e in await store.read_events("nl")] == [msg(2)]
+    (quarantine,) = path.parent.glob("nl.jsonl.quarantine-*")
+    assert (
+        path.read_bytes()[: len(torn) - len(quarantine.read_bytes())] + (quarantine.read_bytes())
+        == torn
+    )
 
 
 async def test_mid_file_damage_is_refused_and_not_cut(

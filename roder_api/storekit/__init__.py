@@ -10,6 +10,7 @@ them again:
   (the SQLite and PostgreSQL stores), writing through :class:`WriteBatch` transactions;
 - :class:`GroupCommit`: concurrent commits share one blocking write-and-sync;
 - :class:`FileLeases`: thread leases as OS file locks (released when the holder dies);
+- :class:`RepairableThreadStore`: what a store implements for ``roder fsck``;
 - the fold of a journal into metadata (:func:`fold_metadata`), the one rule for where
   replay starts (:func:`replay_start`, :func:`last_boundary_sequence`), listing cursors
   and pages, and the argument checks every store shares (:func:`check_expected` for the
@@ -45,15 +46,19 @@ from roder_api.storekit._fold import (
 )
 from roder_api.storekit._group_commit import GroupCommit
 from roder_api.storekit._relational import RelationalThreadStore
+from roder_api.storekit._repairable import CheckReport, RepairableThreadStore, RepairReport
 from roder_api.storekit._write_batch import EventRow, SqlConnection, ThreadRow, WriteBatch
 from roder_api.threads import UNSET
 
 __all__ = [
     "BlockingThreadStore",
+    "CheckReport",
     "EventRow",
     "FileLeases",
     "GroupCommit",
     "RelationalThreadStore",
+    "RepairReport",
+    "RepairableThreadStore",
     "SqlConnection",
     "ThreadRow",
     "UNSET",

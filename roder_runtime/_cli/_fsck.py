@@ -1,4 +1,7 @@
-"""``roder fsck``: check (and repair) the journals of the JSONL thread store."""
+"""``roder fsck``: check (and repair) the threads of a store that can (the JSONL store).
+
+Works with any :class:`roder_api.storekit.RepairableThreadStore` through its public methods.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import argparse
 from typing import Any
 
 from roder_api.errors import StoreError, ThreadNotFoundError
+from roder_api.storekit import RepairableThreadStore
 from roder_runtime._cli._common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -17,8 +21,6 @@ from roder_runtime._cli._common import (
     print_json,
     progress,
 )
-
-_CAPABILITIES = ("journal_ids", "check_thread", "repair_thread", "reindex_thread", "prune_index")
 
 
 def register(subparsers: Any) -> None:
@@ -50,8 +52,8 @@ def register(subparsers: Any) -> None:
 async def fsck_command(args: argparse.Namespace) -> int:
     """Check every thread; repair and reindex on request; exit 1 if damage is left."""
     async with open_runtime(args) as runtime:
-        store: Any = await runtime.store()
-        if not all(callable(getattr(store, name, None)) for name in _CAPABILITIES):
+        store = await runtime.store()
+        if not isinstance(store, RepairableThreadStore):
             raise CommandError(
                 f"roder fsck checks JSONL thread stores; the configured store "
                 f"({runtime.thread_store_factory().describe()}) has no journals to check; "
@@ -68,6 +70,7 @@ async def fsck_command(args: argparse.Namespace) -> int:
                 continue  # deleted while we looked
             report: dict[str, Any] = check.to_json()
             report["repair"] = None
+            unrepaired: str | None = None
             status = "ok" if check.ok else "damaged"
             if not check.ok and args.repair:
                 try:
@@ -76,13 +79,14 @@ async def fsck_command(args: argparse.Namespace) -> int:
                     report["repair"] = {"error": str(exc)}
                 else:
                     report["repair"] = repair.to_json()
-                    if repair.unrepaired is None:
+                    unrepaired = repair.unrepaired_reason
+                    if unrepaired is None:
                         after = (
-                            None if repair.journal_removed else await store.check_thread(thread_id)
+                            None if repair.thread_removed else await store.check_thread(thread_id)
                         )
                         if after is None or after.ok:
                             status = "repaired"
-            if status == "damaged" and not check.damage and args.reindex:
+            if status == "damaged" and not check.data_damaged and args.reindex:
                 status = "reindexed"  # only the index disagreed; rebuilt below
             if status == "damaged":
                 damaged += 1
@@ -98,8 +102,8 @@ async def fsck_command(args: argparse.Namespace) -> int:
                     line += f" [repaired{where}]"
                 elif status == "reindexed":
                     line += " [reindexed]"
-                elif report["repair"] and report["repair"].get("unrepaired"):
-                    line += f" [not repaired: {report['repair']['unrepaired']}]"
+                elif unrepaired is not None:
+                    line += f" [not repaired: {unrepaired}]"
                 elif report["repair"] and report["repair"].get("error"):
                     line += f" [repair failed: {report['repair']['error']}]"
                 print(line)

@@ -15,7 +15,7 @@ from roder_jsonl_thread_store._format import encode_record
 pytestmark = pytest.mark.anyio
 
 
-async def test_a_reader_cuts_a_torn_tail_and_says_how_many_bytes(
+async def test_the_next_write_moves_a_torn_tail_to_quarantine_and_says_so(
     factory: JsonlThreadStoreFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = await journal_with(factory, "torn", 3)
@@ -25,35 +25,43 @@ async def test_a_reader_cuts_a_torn_tail_and_says_how_many_bytes(
     store = await factory.open()
     with caplog.at_level(logging.WARNING, logger="roder.jsonl"):
         events = await store.read_events("torn")
-    assert [e.sequence for e in events] == [1, 2, 3]
-    assert f"({len(torn)} bytes removed)" in caplog.text and str(path) in caplog.text
-    assert path.read_bytes() == intact
-    assert (await store.get_thread("torn")).last_sequence == 3
-    assert [e.sequence for e in await store.append_events("torn", [msg(9)])] == [4]
+        assert [e.sequence for e in events] == [1, 2, 3]
+        assert caplog.text == ""  # reading says nothing and cuts nothing
+        assert path.read_bytes() == intact + torn
+        assert [e.sequence for e in await store.append_events("torn", [msg(9)])] == [4]
+    assert f"cut a torn last line 5 ({len(torn)} bytes moved to" in caplog.text
+    assert str(path) in caplog.text
+    assert path.read_bytes().startswith(intact)
+    assert (await store.get_thread("torn")).last_sequence == 4
     await store.aclose()
 
 
-async def test_garbage_after_the_last_line_is_cut(factory: JsonlThreadStoreFactory) -> None:
+async def test_garbage_after_the_last_line_is_skipped_then_moved(
+    factory: JsonlThreadStoreFactory,
+) -> None:
     path = await journal_with(factory, "junk", 2)
     intact = path.read_bytes()
     path.write_bytes(intact + b"\x00\x00\x00garbage")
     store = await factory.open()
     assert (await store.get_thread("junk")).last_sequence == 2
-    assert path.read_bytes() == intact
+    assert path.read_bytes() == intact + b"\x00\x00\x00garbage"
+    await store.update_thread("junk", title="written")
+    assert path.read_bytes().startswith(intact) and b"garbage" not in path.read_bytes()
+    (quarantine,) = path.parent.glob("junk.jsonl.quarantine-*")
+    assert quarantine.read_bytes() == b"\x00\x00\x00garbage"
     await store.aclose()
 
 
-async def test_an_unterminated_valid_last_line_keeps_its_record(
-    factory: JsonlThreadStoreFactory, caplog: pytest.LogCaptureFixture
+async def test_an_unterminated_last_line_is_a_torn_write_never_acknowledged(
+    factory: JsonlThreadStoreFactory,
 ) -> None:
     path = await journal_with(factory, "nl", 2)
     whole = path.read_bytes()
     path.write_bytes(whole[:-1])
     store = await factory.open()
-    with caplog.at_level(logging.WARNING, logger="roder.jsonl"):
-        assert [e.sequence for e in await store.read_events("nl")] == [1, 2]
-    assert "missing newline" in caplog.text
-    assert path.read_bytes() == whole
+    # The commit's one write ends with the newline: without it the write never completed.
+    assert [e.sequence for e in await store.read_events("nl")] == [1]
+    assert path.read_bytes() == whole[:-1]
     await store.aclose()
 
 

@@ -1,8 +1,10 @@
 """The journal file format: one checksummed JSON line per record.
 
 A line is ``{"c":"<crc32 hex>","r":<record>}`` followed by ``\\n``, where the CRC-32 covers the
-record's bytes exactly as written. Records are JSON objects with a format version ``v`` and a
-kind ``k``:
+record's bytes exactly as written. This module is the only place the framing is written: the
+reader, the writer and fsck use its functions and constants.
+
+Records are JSON objects with a format version ``v`` and a kind ``k``:
 
 - ``create``: the thread's metadata (always the first line);
 - ``events``: one committed batch: ``seq`` (the first event's sequence), ``t`` (ms), ``events``;
@@ -12,9 +14,8 @@ kind ``k``:
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any, BinaryIO
+from collections.abc import Sequence
+from typing import Any
 
 import orjson
 
@@ -25,7 +26,46 @@ FORMAT_VERSION = 1
 
 _PREFIX = b'{"c":"'
 _MIDDLE = b'","r":'
-_RECORD_START = len(_PREFIX) + 8 + len(_MIDDLE)
+
+CRC_START = len(_PREFIX)
+"""Where the checksum's 8 hex digits start in a line."""
+CRC_END = CRC_START + 8
+"""Where they end."""
+RECORD_START = CRC_END + len(_MIDDLE)
+"""Where the record's JSON starts in a line."""
+LINE_END = b"}\n"
+"""How every complete line ends: the frame's closing brace and the newline."""
+NEWLINE = b"\n"
+"""The line terminator: a line without it is torn (its write never completed)."""
+
+
+def record_of(raw: bytes) -> bytes:
+    """Return the record's JSON bytes of a complete line ``raw`` (with its newline)."""
+    return raw[RECORD_START : -len(LINE_END)]
+
+
+def checksum_field(raw: bytes) -> int:
+    """Return the checksum written in a line; raise ``ValueError`` when it is not hex."""
+    return int(raw[CRC_START:CRC_END], 16)
+
+
+def line_crc(line: bytes) -> int:
+    """Return the checksum written in a framed line (0 when it has none)."""
+    try:
+        return checksum_field(line)
+    except ValueError:
+        return 0
+
+
+def frame_is_intact(raw: bytes) -> bool:
+    """Return True when a line ``raw`` (with its newline) is complete and its checksum holds.
+
+    The fast check of the read path; :func:`parse_line` also checks the frame byte for byte.
+    """
+    try:
+        return raw[-2:] == LINE_END and zlib.crc32(record_of(raw)) == checksum_field(raw)
+    except ValueError:
+        return False
 
 
 def frame(record: bytes) -> bytes:
@@ -36,6 +76,18 @@ def frame(record: bytes) -> bytes:
 def encode_record(record: dict[str, Any]) -> bytes:
     """Return the journal line for a record dict (``UnserializableEventError`` if it cannot)."""
     return frame(dumps_json(record))
+
+
+def events_list(payloads: Sequence[bytes]) -> bytes:
+    """Return the JSON list of events from each event's codec bytes (``dumps_each``).
+
+    Starts with the codec's exact mark when any event needed it, as the codec asks of a
+    document that embeds its bytes.
+    """
+    joined = b"[%s]" % b",".join(payloads)
+    if any(payload[:1] == EXACT_MARK for payload in payloads):
+        return EXACT_MARK + joined
+    return joined
 
 
 def events_record(first_sequence: int, recorded_at_ms: int, events_json: bytes) -> bytes:
@@ -58,13 +110,13 @@ class BadLine(Exception):
 
 def parse_line(line: bytes) -> dict[str, Any]:
     """Return the record of a complete journal line (without its newline); raise BadLine."""
-    if len(line) < _RECORD_START + 2 or not line.startswith(_PREFIX) or line[-1:] != b"}":
+    if len(line) < RECORD_START + 2 or not line.startswith(_PREFIX) or line[-1:] != b"}":
         raise BadLine("bad framing")
-    if line[len(_PREFIX) + 8 : _RECORD_START] != _MIDDLE:
+    if line[CRC_END:RECORD_START] != _MIDDLE:
         raise BadLine("bad framing")
-    body = line[_RECORD_START:-1]
+    body = line[RECORD_START:-1]
     try:
-        expected = int(line[len(_PREFIX) : len(_PREFIX) + 8], 16)
+        expected = checksum_field(line)
     except ValueError:
         raise BadLine("bad checksum field") from None
     if zlib.crc32(body) != expected:
@@ -76,37 +128,3 @@ def parse_line(line: bytes) -> dict[str, Any]:
     if not isinstance(record, dict) or "k" not in record or "v" not in record:
         raise BadLine("not a journal record")
     return record
-
-
-@dataclass(frozen=True, slots=True)
-class ScannedLine:
-    """One line of a journal as scanned: where it starts and ends, and what it holds."""
-
-    offset: int
-    end: int
-    number: int
-    record: dict[str, Any] | None
-    error: str | None
-    terminated: bool
-
-
-def scan(file: BinaryIO, offset: int = 0, first_line_number: int = 1) -> Iterator[ScannedLine]:
-    """Yield every line of ``file`` from ``offset``, parsed or with its error.
-
-    Streams the file a line at a time; never holds the whole file in memory.
-    """
-    file.seek(offset)
-    number = first_line_number
-    position = offset
-    for raw in file:
-        end = position + len(raw)
-        terminated = raw.endswith(b"\n")
-        body = raw[:-1] if terminated else raw
-        try:
-            record: dict[str, Any] | None = parse_line(body)
-            error = None
-        except BadLine as exc:
-            record, error = None, str(exc)
-        yield ScannedLine(position, end, number, record, error, terminated)
-        position = end
-        number += 1

@@ -9,8 +9,12 @@ reading a row can tell whether the journal has grown since (it reads only the ne
 replaced (it rescans).
 
 The index is written with ``synchronous=NORMAL`` in WAL mode: consistent after a crash, but
-the newest rows may be lost, which the catch-up after a crash repairs (see ``_store``). A
+the newest rows may be lost, which the catch-up after a crash repairs (see ``_core``). A
 damaged or unreadable index file is set aside and rebuilt from the journals.
+
+A store that may not write its directory keeps the index in memory instead
+(:meth:`ThreadIndex.open_in_memory`): a copy of the file when it can be read, else empty,
+and caught up from the journals like a new one. Nothing on disk changes.
 """
 
 from __future__ import annotations
@@ -120,6 +124,42 @@ class ThreadIndex:
                 raise IndexUnavailable(str(exc)) from exc
             self._db = db
             self.created = not existed
+
+    def open_in_memory(self) -> None:
+        """Open an in-memory index: a copy of the index file when it can be read, else empty.
+
+        ``created`` says whether it starts empty (the caller then builds it from the
+        journals). Never writes to the file or its directory.
+        """
+        with self._lock:
+            if self._db is not None:
+                return
+            db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            copied = False
+            if self.path.exists():
+                try:
+                    source = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True)
+                    try:
+                        row = source.execute(
+                            "SELECT value FROM info WHERE key = 'version'"
+                        ).fetchone()
+                        if row is not None and row[0] == str(INDEX_VERSION):
+                            source.backup(db)
+                            copied = True
+                    finally:
+                        source.close()
+                except sqlite3.Error:
+                    # Unreadable here (no -shm can be made, say): build it anew.
+                    db.close()
+                    db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+                    copied = False
+            if not copied:
+                db.executescript(_SCHEMA)
+                db.execute(
+                    "INSERT OR IGNORE INTO info VALUES ('version', ?)", (str(INDEX_VERSION),)
+                )
+            self._db = db
+            self.created = not copied
 
     def close(self) -> None:
         """Close the index connection."""

@@ -3,10 +3,14 @@
 A scan reads a journal a line at a time from where the known state ends, checks each line's
 framing, checksum, format version and sequence numbers, folds the good ones into the
 metadata (usage, counts, title, times) and remembers where the last compaction boundary
-starts. It stops folding at the first problem and describes it as a :class:`Damage`: a torn
-tail (the last lines are bad, nothing valid after them: a crash mid-write), an unterminated
-last line (valid but missing its newline), or damage that is not safe to cut automatically
-(a bad line followed by valid ones, a sequence gap, a bad first line, a newer format).
+starts. It stops folding at the first problem and describes it as a :class:`Damage`.
+
+Only a torn tail is a crash mid-write: a last line without its newline (every commit is one
+``write`` that ends with the newline, and is acknowledged only after it). Readers skip it;
+the next write to the thread moves it to a quarantine file. Everything else is damage that
+only ``roder fsck --repair`` may touch: a complete line that fails its check (the last one
+included), a bad line followed by valid ones, a sequence gap, a bad first line, a newer
+format.
 """
 
 from __future__ import annotations
@@ -19,17 +23,17 @@ from roder_api.codec import from_dict
 from roder_api.inference import TokenUsage
 from roder_api.threads import ThreadMetadata
 from roder_api.transcript import is_compaction_boundary
-from roder_jsonl_thread_store._format import FORMAT_VERSION, BadLine, parse_line
+from roder_jsonl_thread_store._format import FORMAT_VERSION, NEWLINE, BadLine, line_crc, parse_line
 
 TORN_TAIL = "torn_tail"
-UNTERMINATED = "unterminated"
+DAMAGED_LINE = "damaged_line"
 MID_FILE = "mid_file"
 SEQUENCE = "sequence"
 HEADER = "header"
 NEWER_VERSION = "newer_version"
 
-AUTOMATIC = frozenset({TORN_TAIL, UNTERMINATED})
-"""Damage kinds a store repairs on its own when it opens a journal (under the writer lock)."""
+AUTOMATIC = frozenset({TORN_TAIL})
+"""Damage kinds a writer repairs on its own (under the writer lock): a crash mid-write."""
 
 
 @dataclass(slots=True)
@@ -57,7 +61,7 @@ class Damage:
 
     @property
     def automatic(self) -> bool:
-        """Return True when opening the journal repairs this (a crash mid-write)."""
+        """Return True when the next write repairs this (a crash mid-write)."""
         return self.kind in AUTOMATIC
 
 
@@ -86,14 +90,6 @@ def raw_is_boundary(event: Mapping[str, Any]) -> bool:
         return is_compaction_boundary(from_dict(item))
     except ValueError:
         return False
-
-
-def line_crc(line: bytes) -> int:
-    """Return the checksum written in a framed line (0 when it has none)."""
-    try:
-        return int(line[6:14], 16)
-    except ValueError:
-        return 0
 
 
 class _Fold:
@@ -179,6 +175,7 @@ class _Fold:
 
 
 _REASONS = {
+    TORN_TAIL: "the last line has no newline (a write that never completed)",
     HEADER: "the first line is not a valid create record of this thread",
     SEQUENCE: "the sequence numbers do not continue the journal",
 }
@@ -195,8 +192,9 @@ def scan(
     """Scan ``file`` from where ``start`` ends (the beginning when None).
 
     Streams the file a line at a time. After the first bad line it only looks for a valid
-    line further on (which makes the damage mid-file); with ``full_check`` it does the same
-    after a sequence problem (for fsck, which reports but never raises).
+    line further on (which makes the damage mid-file); with ``full_check`` it goes on after
+    a sequence problem too (for fsck, which reports but never raises). ``file_size`` of the
+    result is where the scan stopped reading.
     """
     fold = _Fold(start, thread_id)
     position = start.size if start is not None else 0
@@ -208,16 +206,21 @@ def scan(
         offset = position
         position += len(raw)
         number += 1
-        terminated = raw[-1:] == b"\n"
+        terminated = raw[-1:] == NEWLINE
         body = raw[:-1] if terminated else raw
+        if not terminated:
+            # Only the last line can lack its newline: the write of a commit never finished.
+            if damage is None:
+                damage = Damage(offset, number, TORN_TAIL, _REASONS[TORN_TAIL])
+            break
         try:
             record = parse_line(body)
         except BadLine as exc:
             if damage is None:
-                damage = Damage(offset, number, TORN_TAIL, str(exc))
+                damage = Damage(offset, number, DAMAGED_LINE, str(exc))
             continue
         if damage is not None:
-            if damage.kind in (TORN_TAIL, UNTERMINATED):
+            if damage.kind == DAMAGED_LINE:
                 damage = replace(damage, kind=MID_FILE)
             break
         version = record.get("v")
@@ -230,9 +233,6 @@ def scan(
                 version if isinstance(version, int) else None,
             )
             break
-        if not terminated:
-            damage = Damage(offset, number, UNTERMINATED, "the last line has no newline")
-            continue
         problem = fold.add(record, offset, number, body)
         if problem is not None:
             damage = Damage(offset, number, problem, _REASONS[problem])

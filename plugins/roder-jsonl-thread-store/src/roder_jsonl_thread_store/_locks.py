@@ -39,6 +39,27 @@ class ProcessLock:
         self._fd: int | None = None
         self._fallback: FileLock | None = None
 
+    @staticmethod
+    def wait_for_writer(path: str | Path) -> int | None:
+        """Wait until no writer holds the lock at ``path``; return a descriptor holding it shared.
+
+        For readers that must not see a write half done (fsck). Creates nothing and needs no
+        write access: when the lock file does not exist or cannot be opened, returns None
+        (no lock taken). Close the descriptor to let writers in again.
+        """
+        if fcntl is None:  # pragma: no cover - Windows
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
     def __enter__(self) -> ProcessLock:
         if fcntl is None:  # pragma: no cover - Windows
             self._fallback = FileLock(self.path)
@@ -147,8 +168,8 @@ def dead_sessions(directory: Path, own: Path | None) -> list[tuple[Path, int]]:
         if own is not None and path == own:
             continue
         try:
-            fd = os.open(path, os.O_RDWR)
-        except FileNotFoundError:
+            fd = os.open(path, os.O_RDONLY)  # flock needs no write access
+        except OSError:
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -162,11 +183,15 @@ def dead_sessions(directory: Path, own: Path | None) -> list[tuple[Path, int]]:
     return found
 
 
-def bury(sessions: list[tuple[Path, int]]) -> None:
-    """Remove the markers of dead sessions found by :func:`dead_sessions`."""
+def bury(sessions: list[tuple[Path, int]], *, remove: bool = True) -> None:
+    """Remove the markers of dead sessions found by :func:`dead_sessions`.
+
+    With ``remove`` False (a store that may not write) only lets go of them.
+    """
     for path, fd in sessions:
         try:
-            os.unlink(path)
+            if remove:
+                os.unlink(path)
         except FileNotFoundError:
             pass
         finally:

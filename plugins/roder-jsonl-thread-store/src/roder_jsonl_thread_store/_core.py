@@ -1,0 +1,280 @@
+"""What the reader, the writer and fsck of one JSONL store share: paths, caches, the index.
+
+Layout under ``base_path``::
+
+    threads/<thread id>.jsonl   the journals (the truth)
+    index.sqlite3               the listing index (a cache of every journal's state)
+    locks/<thread id>.lock      one writer lock per thread (flock, across processes)
+    leases/<thread id>.lease    one session lease per thread (flock, holder JSON inside)
+    sessions/*.session          liveness markers of stores that write (see ``_reader``)
+    tmp/                        new journals before they are linked into place
+
+Only writes create directories and files; a store that only reads changes nothing on disk.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from roder_api.codec import dumps_json, to_dict
+from roder_api.errors import StoreCorruptedError, StoreError
+from roder_api.threads import ThreadMetadata, validate_thread_id
+from roder_jsonl_thread_store._format import FORMAT_VERSION
+from roder_jsonl_thread_store._index import IndexRow, IndexUnavailable, ThreadIndex
+from roder_jsonl_thread_store._journal import NEWER_VERSION, Damage, JournalState
+from roder_jsonl_thread_store._locks import WriterMarker
+
+log = logging.getLogger("roder.jsonl")
+
+DURABILITY_MODES = ("fsync", "group", "none")
+"""``fsync``: each commit synced before it returns; ``group``: concurrent commits share one
+sync, each still durable before it returns; ``none``: handed to the OS only."""
+
+JOURNAL_SUFFIX = ".jsonl"
+QUARANTINE_INFIX = ".quarantine-"
+
+datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+
+
+def fsync_dir(path: Path) -> None:
+    """Sync a directory (so that a file created or renamed in it survives a power cut)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (a short write is continued)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def now_ms() -> int:
+    """Return the wall-clock time in milliseconds."""
+    return int(time.time() * 1000)
+
+
+def disk_hint(exc: OSError) -> str:
+    """Return advice for a failed write: free space when the disk is full."""
+    return "; free disk space and retry" if exc.errno == errno.ENOSPC else ""
+
+
+def metadata_json(meta: ThreadMetadata) -> bytes:
+    """Return the codec JSON of thread metadata (what ``to_dict`` gives, built directly).
+
+    Every commit writes it to the index; the generic encoder costs several times more.
+    """
+    if meta.unknown_fields or meta.usage.unknown_fields or type(meta) is not ThreadMetadata:
+        return dumps_json(to_dict(meta))
+    usage = meta.usage
+    return dumps_json(
+        {
+            "type": "thread_metadata",
+            "thread_id": meta.thread_id,
+            "created_at_ms": meta.created_at_ms,
+            "updated_at_ms": meta.updated_at_ms,
+            "title": meta.title,
+            "usage": {
+                "type": "token_usage",
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "total_tokens": usage.total_tokens,
+                "cached_prompt_tokens": usage.cached_prompt_tokens,
+                "cache_creation_prompt_tokens": usage.cache_creation_prompt_tokens,
+            },
+            "item_count": meta.item_count,
+            "last_sequence": meta.last_sequence,
+            "extra": meta.extra,
+        }
+    )
+
+
+def damage_error(thread_id: str, path: Path, damage: Damage) -> StoreError:
+    """Return the error a read or write raises for damage it may not repair."""
+    if damage.kind == NEWER_VERSION:
+        return StoreError(
+            f"journal {path} line {damage.line} was written in format version "
+            f"{damage.version!r} by a newer Roder (this one reads up to {FORMAT_VERSION}); "
+            "upgrade roder to read this thread; nothing was changed"
+        )
+    what = {
+        "mid_file": "a damaged line with valid records after it",
+        "damaged_line": "a complete line that fails its check",
+        "sequence": "a sequence number that does not continue the journal",
+        "header": "a first line that is not a valid create record",
+        "torn_tail": "no complete first line",
+    }.get(damage.kind, damage.kind)
+    return StoreCorruptedError(
+        f"journal {path} is damaged at line {damage.line} ({what}: {damage.reason}); "
+        "nothing was changed; run `roder fsck --repair` to move the damaged part to a "
+        "quarantine file next to the journal",
+        thread_id=thread_id,
+        path=str(path),
+        line=damage.line,
+    )
+
+
+class StoreCore:
+    """The state one store object shares between its reader, writer and fsck."""
+
+    def __init__(self, base_path: Path, durability: str) -> None:
+        if durability not in DURABILITY_MODES:
+            raise ValueError(
+                f"unknown durability {durability!r}; use one of {', '.join(DURABILITY_MODES)}"
+            )
+        self.base_path = base_path
+        self.durability = durability
+        self.threads_dir = base_path / "threads"
+        self.locks_dir = base_path / "locks"
+        self.tmp_dir = base_path / "tmp"
+        self.sessions_dir = base_path / "sessions"
+        self.leases_dir = base_path / "leases"
+        self.index_path = base_path / "index.sqlite3"
+        self._threads_prefix = str(self.threads_dir) + os.sep
+        self._locks_prefix = str(self.locks_dir) + os.sep
+        self.index = ThreadIndex(self.index_path)
+        self.session = WriterMarker(self.sessions_dir)
+        self.states: dict[str, JournalState] = {}
+        # Damage a read found in a part of a journal the index vouched for, by thread id,
+        # with the journal's (inode, size) then: refused until the file changes.
+        self.damaged: dict[str, tuple[int, int, StoreError]] = {}
+        self._guards: dict[str, threading.Lock] = {}
+        self._guards_lock = threading.Lock()
+        self.ready_lock = threading.Lock()
+        self.ready = False
+        self.read_only = False
+        """True when the directory may not be written: the index lives in memory."""
+        self.session_started = False
+        self.index_behind = False
+
+    def journal_path(self, thread_id: str) -> Path:
+        """Return the journal file of a thread (validating the id)."""
+        return self.threads_dir / (validate_thread_id(thread_id) + JOURNAL_SUFFIX)
+
+    def journal_file(self, thread_id: str) -> str:
+        """Return the journal file as a plain string (pathlib costs more than a write)."""
+        return f"{self._threads_prefix}{thread_id}{JOURNAL_SUFFIX}"
+
+    def lock_path(self, thread_id: str) -> str:
+        """Return the writer lock file of a thread."""
+        return f"{self._locks_prefix}{thread_id}.lock"
+
+    def guard(self, thread_id: str) -> threading.Lock:
+        """Return the in-process lock of a thread (taken before its writer lock)."""
+        with self._guards_lock:
+            guard = self._guards.get(thread_id)
+            if guard is None:
+                guard = self._guards[thread_id] = threading.Lock()
+            return guard
+
+    def may_write(self) -> bool:
+        """Return True when this process may write the store's directory and its index."""
+        for path in (self.base_path, self.threads_dir, self.index_path):
+            if path.exists() and not os.access(path, os.W_OK):
+                return False
+        return True
+
+    def sync(self, fd: int) -> None:
+        """Sync a file per the durability mode."""
+        if self.durability != "none":
+            datasync(fd)
+
+    def sync_dir(self, path: Path) -> None:
+        """Sync a directory per the durability mode."""
+        if self.durability != "none":
+            fsync_dir(path)
+
+    def row(self, thread_id: str, state: JournalState) -> IndexRow:
+        """Return the index row of a journal's state."""
+        meta = state.metadata
+        return IndexRow(
+            thread_id=thread_id,
+            updated_at_ms=meta.updated_at_ms,
+            inode=state.inode,
+            size=state.size,
+            lines=state.lines,
+            head_crc=state.head_crc,
+            boundary_offset=state.boundary_offset,
+            boundary_sequence=state.boundary_sequence,
+            meta=metadata_json(meta),
+        )
+
+    def put_rows(self, rows: Iterable[IndexRow]) -> None:
+        """Write index rows; a failure leaves the index behind, caught up later."""
+        try:
+            self.index.put(rows)
+        except IndexUnavailable as exc:
+            # The journals hold the data; keep our session so the next opener catches up.
+            self.index_behind = True
+            log.warning("could not update the JSONL index (%s); it will be caught up", exc)
+
+    def delete_row(self, thread_id: str) -> None:
+        """Remove a thread's index row; a failure leaves the index behind."""
+        try:
+            self.index.delete(thread_id)
+        except IndexUnavailable as exc:
+            self.index_behind = True
+            log.warning("could not update the JSONL index (%s); it will be caught up", exc)
+
+    def journal_files(self) -> dict[str, os.stat_result]:
+        """Return ``thread id -> stat`` of every journal file on disk."""
+        out: dict[str, os.stat_result] = {}
+        try:
+            entries = list(os.scandir(self.threads_dir))
+        except FileNotFoundError:
+            return out
+        for entry in entries:
+            name = entry.name
+            if not name.endswith(JOURNAL_SUFFIX):
+                continue
+            thread_id = name[: -len(JOURNAL_SUFFIX)]
+            try:
+                validate_thread_id(thread_id)
+                out[thread_id] = entry.stat()
+            except (StoreError, FileNotFoundError):
+                continue
+        return out
+
+    def start_session(self) -> None:
+        """Before the first write: make the directories and register a liveness marker."""
+        if self.session_started:
+            return
+        with self.ready_lock:
+            if self.session_started:
+                return
+            try:
+                for sub in (self.threads_dir, self.locks_dir, self.tmp_dir, self.sessions_dir):
+                    sub.mkdir(parents=True, exist_ok=True)
+                self.session.start(durable=self.durability != "none")
+            except OSError as exc:
+                # A full, failing or read-only disk before the first write: say so clearly.
+                raise StoreError(
+                    f"could not start writing to the JSONL store in {self.base_path}: "
+                    f"{exc.strerror or exc}; nothing was stored{disk_hint(exc)}"
+                ) from exc
+            self.session_started = True
+
+    def close(self) -> None:
+        """Make the index durable, end the session and close the index."""
+        if self.session_started and not self.index_behind and self.durability != "none":
+            # The marker may go only once our rows are durable: a power cut could otherwise
+            # lose rows that nothing would tell a later store to rebuild.
+            try:
+                self.index.make_durable()
+            except IndexUnavailable:
+                self.index_behind = True
+        if self.index_behind:
+            self.session.abandon()
+        else:
+            self.session.end()
+        self.index.close()
