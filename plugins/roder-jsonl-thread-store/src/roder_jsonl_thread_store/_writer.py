@@ -29,6 +29,7 @@ from roder_api.errors import (
 )
 from roder_api.events import Event, ItemCompleted, JournalEvent, UsageUpdated, is_boundary_event
 from roder_api.inference import TokenUsage
+from roder_api.storekit import check_expected
 from roder_api.threads import ThreadMetadata
 from roder_jsonl_thread_store._core import (
     QUARANTINE_INFIX,
@@ -354,8 +355,7 @@ class JournalWriter:
             # Called with the thread's writer lock held (in this process and across
             # processes): nothing can append between this check and the write.
             last = state.metadata.last_sequence
-            if expected_last_sequence is not None and last != expected_last_sequence:
-                raise SequenceConflictError.conditional(thread_id, expected_last_sequence, last)
+            check_expected(thread_id, expected_last_sequence, last)
             first = last + 1
             now = now_ms()
             line = events_record(first, now, events_json)
