@@ -13,6 +13,7 @@ replays, recovery time) and exits non-zero when anything was lost or corrupt.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import platform
@@ -41,6 +42,7 @@ FULL = {
     "append": 150,
     "turn": 60,
     "compact": 40,
+    "inturn": 40,
     "faults": 12,
     "hostile": 1000,
     "load_s": 10.0,
@@ -50,6 +52,7 @@ QUICK = {
     "append": 4,
     "turn": 3,
     "compact": 3,
+    "inturn": 3,
     "faults": 1,
     "hostile": 60,
     "load_s": 2.0,
@@ -92,6 +95,8 @@ def crash_modes() -> list[str]:
     modes.append("session" if hasattr(Runtime, "start_session") else "turn")
     if hasattr(Runtime, "compact_with_provider"):
         modes.append("compact")
+    if importlib.util.find_spec("roder_runtime._inturn") is not None:
+        modes.append("inturn")  # in-turn native compaction, staged with its model step
     return modes
 
 

@@ -173,13 +173,18 @@ async def _stream_preemptible(
         await preempt.wait()
         scope.cancel()
 
+    raised: Exception | None = None
     with anyio.CancelScope() as scope:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(cancel_when_set, scope)
             try:
                 await _stream(start, consume, attempt)
+            except Exception as exc:  # noqa: BLE001 - re-raised below, not as an ExceptionGroup
+                raised = exc
             finally:
                 tasks.cancel_scope.cancel()
+    if raised is not None:
+        raise raised  # what consume raised (RecorderFullError, ...), as the caller expects
     if scope.cancelled_caught or preempt.is_set():
         attempt.preempted = True
 

@@ -54,6 +54,18 @@ async def test_killed_compactions_lose_nothing(tmp_path: Path) -> None:
     assert stats.problems == []
 
 
+async def test_killed_in_turn_compactions_lose_nothing(tmp_path: Path) -> None:
+    """Sessions whose steps stream a boundary, SIGKILLed: commits are whole or absent."""
+    spec = _specs(tmp_path / "stores")[0]
+    stats = await crash.run_crash_trials(
+        "inturn", spec, 6, tmp_path / "work", seed=13, max_delay=0.4
+    )
+    print(f"in-turn crash trials: {stats.trials}, lost {stats.lost}, corrupt {stats.corrupt}")
+    assert stats.trials == 6 and stats.acked > 0
+    assert stats.problems == []
+    assert stats.lost == 0 and stats.corrupt == 0
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 async def test_killed_appenders_lose_nothing_on_databases(tmp_path: Path, backend: str) -> None:
     if backend not in installed_backends():
@@ -100,3 +112,39 @@ async def test_the_checks_catch_a_lost_commit(tmp_path: Path) -> None:
     await journal.write_bytes(b"".join(complete[:-1]))  # a committed record disappears
     await crash.verify(stats, spec, "append", states)
     assert stats.lost >= 1
+
+
+def test_the_in_turn_check_catches_half_a_commit() -> None:
+    """The in-turn check is not vacuous: a boundary without its commit and step is corrupt."""
+    from _torture.inturn import check_inturn_commits
+
+    from roder_api.events import (
+        CompactionCommitted,
+        ItemCompleted,
+        JournalEvent,
+        TurnComplete,
+        UsageUpdated,
+    )
+    from roder_api.threads import ThreadMetadata
+    from roder_api.transcript import AssistantMessage, ProviderMetadata
+
+    boundary = ProviderMetadata({"output": [{"type": "compaction", "id": "cmp_1"}]})
+
+    def journal(*events: object) -> list[JournalEvent]:
+        return [JournalEvent(n, 0, e) for n, e in enumerate(events, 1)]  # type: ignore[arg-type]
+
+    def problems(events: list[JournalEvent]) -> list[str]:
+        stats = crash.KindStats("inturn / check")
+        check_inturn_commits(stats, "t", crash.ThreadState(), ThreadMetadata("t", 0, 0), events)
+        return stats.problems
+
+    whole = journal(
+        ItemCompleted("a", boundary),
+        CompactionCommitted("a"),
+        ItemCompleted("a", AssistantMessage("hi")),
+        TurnComplete("a", "hi"),
+    )
+    assert problems(whole) == []
+    assert problems(journal(ItemCompleted("a", boundary), UsageUpdated("a", crash.TokenUsage())))
+    assert problems(journal(ItemCompleted("a", boundary), CompactionCommitted("a")))
+    assert problems(journal(CompactionCommitted("a")))

@@ -137,11 +137,18 @@ async def _compact_child(job: ChildJob, conn: Connection) -> None:
     await compact_child(job, conn)
 
 
+async def _inturn_child(job: ChildJob, conn: Connection) -> None:
+    from .inturn import inturn_child
+
+    await inturn_child(job, conn)
+
+
 CHILD_MODES = {
     "append": _append_child,
     "turn": _turn_child,
     "session": _session_child,
     "compact": _compact_child,
+    "inturn": _inturn_child,
 }
 
 

@@ -48,8 +48,9 @@ from .child import ChildJob, child_entry
 from .stats import KindStats
 from .stores import StoreSpec
 
-MODES = ("append", "turn", "session", "compact")
-"""The crash-trial modes: raw appends, turns (run_turn), sessions, compaction."""
+MODES = ("append", "turn", "session", "compact", "inturn")
+"""The crash-trial modes: raw appends, turns (run_turn), sessions, compaction, in-turn
+compaction."""
 
 THREADS_PER_CHILD = 2
 """Threads a child writes to (its writers share them)."""
@@ -304,6 +305,7 @@ CHECKERS: dict[str, list[Checker]] = {
     "turn": [check_turns],
     "session": [check_turns],
     "compact": [check_turns],
+    "inturn": [check_turns],
 }
 
 
@@ -490,4 +492,5 @@ async def run_crash_trials(
 
 
 # The session and compaction modes register their checks on import (after everything above).
+from . import inturn as _inturn  # noqa: E402, F401
 from . import sessions as _sessions  # noqa: E402, F401

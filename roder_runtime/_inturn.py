@@ -1,0 +1,159 @@
+"""In-turn native compaction: a boundary streamed by ``stream_turn``, staged with its step.
+
+Providers compact inside a normal turn (the OpenAI Responses API's ``context_management``,
+Anthropic's ``context_management.edits``): the engine yields the boundary from
+``stream_turn`` as a ``ProviderMetadata``. The turn driver hands it to a :class:`StagedBoundary`
+(one per model step), which never journals it as it streams. When the step ends with
+``Completed`` the boundary commits with the step's items in **one conditional append**:
+``ItemCompleted(boundary)``, ``CompactionCommitted``, then the step's reply and calls — so
+the boundary comes before them in the journal and they stay in replay. Every other ending
+discards it with ``CompactionDiscarded(reason)``; the history is then exactly as it was.
+
+The conditional append expects the journal to end where this turn left it: before the
+commit the step's own events are read back (everything since the step's mark); an event
+of another turn means someone appended meanwhile, and the candidate is discarded
+(``conflict``) rather than committed over items it has not seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from roder_api.errors import SequenceConflictError
+from roder_api.events import (
+    CompactionCommitted,
+    CompactionDiscarded,
+    CompactionMode,
+    CompactionStarted,
+    DiscardReason,
+    Event,
+    ItemCompleted,
+    JournalEvent,
+)
+from roder_api.transcript import ProviderMetadata, is_compaction_boundary
+from roder_runtime._journal import Journal
+
+COMMIT_TRIES = 3
+"""How often a commit is tried again when only this turn's own events moved the journal."""
+
+
+def is_boundary(event: object) -> bool:
+    """Return True for an engine event that is a native compaction boundary."""
+    return isinstance(event, ProviderMetadata) and is_compaction_boundary(event)
+
+
+def _identity(boundary: ProviderMetadata) -> Any:
+    """Return what tells two boundaries apart: their compaction items' ids, else the data."""
+    output = boundary.data.get("output")
+    ids = [
+        entry.get("id")
+        for entry in (output if isinstance(output, list) else [])
+        if isinstance(entry, dict) and entry.get("id")
+    ]
+    return tuple(ids) if ids else repr(sorted(boundary.data.items(), key=lambda kv: kv[0]))
+
+
+class StagedBoundary:
+    """The boundary of one model step, staged until the step ends.
+
+    ``staged`` is set once a boundary arrived (the step is then preemptible by a steer);
+    ``conflicting`` once a second, different one did.
+    """
+
+    def __init__(self, turn_id: str) -> None:
+        self.turn_id = turn_id
+        self.boundary: ProviderMetadata | None = None
+        self.conflicting = False
+        self.settled = False
+        self.staged = anyio.Event()
+
+    @property
+    def pending(self) -> bool:
+        """Return True while a boundary is staged and neither committed nor discarded."""
+        return self.boundary is not None and not self.settled
+
+    def stage(self, boundary: ProviderMetadata) -> list[Event]:
+        """Stage ``boundary``; return the events to journal now (``CompactionStarted``)."""
+        if self.boundary is None:
+            self.boundary = boundary
+            self.staged.set()
+            return [CompactionStarted(self.turn_id, CompactionMode.NATIVE)]
+        if _identity(boundary) != _identity(self.boundary):
+            self.conflicting = True  # the same boundary repeated is fine; another is not
+        return []
+
+    def discard(self, reason: DiscardReason) -> list[Event]:
+        """Return the events that discard the staged boundary (none when nothing is staged)."""
+        if not self.pending:
+            return []
+        self.settled = True
+        return [CompactionDiscarded(reason, self.turn_id)]
+
+    def commit_events(self) -> list[Event]:
+        """Return the events that commit the boundary (they go first in the step's batch)."""
+        assert self.boundary is not None
+        return [
+            ItemCompleted(self.turn_id, self.boundary),
+            CompactionCommitted(self.turn_id, CompactionMode.NATIVE),
+        ]
+
+
+class PreemptWhileStaged:
+    """A preempt signal for a model call: set once a steer came *and* a boundary is staged.
+
+    ``steer`` is the event a ``Steer`` sets (the session's preempt block); ``current``
+    returns the staged boundary of the step running now.
+    """
+
+    def __init__(self, steer: Any, current: Any) -> None:
+        self._steer = steer
+        self._current = current
+
+    def is_set(self) -> bool:
+        """Return True when the running step holds a boundary and a steer arrived."""
+        staged: StagedBoundary = self._current()
+        return staged.pending and bool(self._steer.is_set())
+
+    async def wait(self) -> None:
+        """Return once both happened."""
+        staged: StagedBoundary = self._current()
+        await staged.staged.wait()
+        await self._steer.wait()
+
+
+def _foreign(entries: Sequence[JournalEvent], turn_id: str) -> JournalEvent | None:
+    """Return the first entry another turn (or a script) appended, if any."""
+    for entry in entries:
+        if getattr(entry.event, "turn_id", turn_id) != turn_id:
+            return entry
+    return None
+
+
+async def commit_step(
+    journal: Journal,
+    staged: StagedBoundary,
+    mark: int,
+    step_events: Sequence[Event],
+) -> list[JournalEvent] | None:
+    """Commit the staged boundary with ``step_events`` in one conditional append.
+
+    ``mark`` is the journal's last sequence when the step's transcript was read. Return
+    the journaled entries, or None when someone else appended since (the caller discards
+    the boundary as ``conflict`` and journals the step without it).
+    """
+    events = [*staged.commit_events(), *step_events]
+    for _ in range(COMMIT_TRIES):
+        since = await journal.read_events(after=mark)
+        if _foreign(since, staged.turn_id) is not None:
+            return None
+        expected = since[-1].sequence if since else mark
+        try:
+            entries = await journal.append(events, expected_last_sequence=expected)
+        except SequenceConflictError:
+            continue  # our own events (a steer's input) moved it; look again
+        staged.settled = True
+        return entries
+    return None
