@@ -71,7 +71,12 @@ from roder_runtime._model_call import (
     RetryNotice,
     call_model,
 )
-from roder_runtime._summary import SUMMARY_INSTRUCTIONS, summary_boundary, summary_prompt
+from roder_runtime._summary import (
+    SUMMARY_INSTRUCTIONS,
+    summary_boundary,
+    summary_budget,
+    summary_prompt,
+)
 from roder_runtime._turns import new_id
 
 DISCARD_REASONS = tuple(DiscardReason)
@@ -228,8 +233,11 @@ async def compact(
         window = await catalog.context_window(engine, model)
         budget = None
         if window:
-            budget = window - config.compaction.summary_max_tokens
-            budget = max(1, budget - estimate_transcript_tokens((), SUMMARY_INSTRUCTIONS))
+            budget = summary_budget(
+                window,
+                config.compaction.summary_max_tokens,
+                estimate_transcript_tokens((), SUMMARY_INSTRUCTIONS),
+            )
         prompt = summary_prompt(history, budget_tokens=budget)
         request = AgentInferenceRequest(model, SUMMARY_INSTRUCTIONS, tuple(prompt))
     mark = (await journal.append([CompactionStarted(turn_id, mode)]))[-1].sequence

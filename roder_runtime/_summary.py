@@ -80,6 +80,21 @@ def _carried_goal(items: Sequence[TranscriptItem]) -> str | None:
     return None
 
 
+SUMMARY_RESERVE_FRACTION = 4
+"""The summary's reserve is at most a quarter (1/4) of the window."""
+
+
+def summary_budget(window: int, summary_max_tokens: int, instructions_tokens: int) -> int:
+    """Return how many tokens of history a summarising compaction may send.
+
+    The window less a reserve for the summary — ``summary_max_tokens``, but never more than
+    a quarter of the window, so that a small model (2,048 tokens) still gets most of its
+    history to summarise — less the instructions; at least 1.
+    """
+    reserve = min(summary_max_tokens, window // SUMMARY_RESERVE_FRACTION)
+    return max(1, window - reserve - instructions_tokens)
+
+
 def summary_prompt(
     history: Sequence[TranscriptItem], *, budget_tokens: int | None = None
 ) -> list[TranscriptItem]:
