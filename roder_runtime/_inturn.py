@@ -60,15 +60,17 @@ class StagedBoundary:
     """The boundary of one model step, staged until the step ends.
 
     ``staged`` is set once a boundary arrived (the step is then preemptible by a steer);
-    ``conflicting`` once a second, different one did.
+    pass the model call's own event, shared by its attempts, so that a watcher started
+    before an attempt's step exists still sees it. ``conflicting`` is set once a second,
+    different boundary arrived.
     """
 
-    def __init__(self, turn_id: str) -> None:
+    def __init__(self, turn_id: str, staged: anyio.Event | None = None) -> None:
         self.turn_id = turn_id
         self.boundary: ProviderMetadata | None = None
         self.conflicting = False
         self.settled = False
-        self.staged = anyio.Event()
+        self.staged = staged if staged is not None else anyio.Event()
 
     @property
     def pending(self) -> bool:
@@ -104,12 +106,14 @@ class StagedBoundary:
 class PreemptWhileStaged:
     """A preempt signal for a model call: set once a steer came *and* a boundary is staged.
 
-    ``steer`` is the event a ``Steer`` sets (the session's preempt block); ``current``
-    returns the staged boundary of the step running now.
+    ``steer`` is the event a ``Steer`` sets (the session's preempt block); ``staged`` the
+    model call's event that its steps set when they stage a boundary; ``current`` returns
+    the staged boundary of the step running now.
     """
 
-    def __init__(self, steer: Any, current: Any) -> None:
+    def __init__(self, steer: Any, staged: anyio.Event, current: Any) -> None:
         self._steer = steer
+        self._staged = staged
         self._current = current
 
     def is_set(self) -> bool:
@@ -119,8 +123,7 @@ class PreemptWhileStaged:
 
     async def wait(self) -> None:
         """Return once both happened."""
-        staged: StagedBoundary = self._current()
-        await staged.staged.wait()
+        await self._staged.wait()
         await self._steer.wait()
 
 

@@ -350,7 +350,7 @@ class TurnDriver:
 
         async def start(number: int) -> AsyncIterator[InferenceEvent]:
             nonlocal step
-            step = _Step(new_id("step"), staged=StagedBoundary(self.turn_id))
+            step = _Step(new_id("step"), staged=StagedBoundary(self.turn_id, staged_any))
             self._staged = step.staged
             await self.sink.record(ModelStepStarted(self.turn_id, step.step_id))
             self._waiting_for = f"engine {self.engine.id!r}"
@@ -365,6 +365,7 @@ class TurnDriver:
         async def before_retry(attempt: Attempt, notice: RetryNotice) -> None:
             await self.sink.record(WarningEvent(notice.message("model call"), self.turn_id))
 
+        staged_any = anyio.Event()  # set when a step of this call stages a boundary
         with self.inbox.preempt() as steer:
             # A steer waits for the model call, unless the step holds a staged boundary.
             attempts = await call_model(
@@ -373,7 +374,7 @@ class TurnDriver:
                 reliability=self.config.reliability,
                 retryable=lambda attempt: not attempt.produced,
                 before_retry=before_retry,
-                preempt=PreemptWhileStaged(steer, lambda: step.staged),
+                preempt=PreemptWhileStaged(steer, staged_any, lambda: step.staged),
             )
         last = attempts[-1]
         if last.preempted and step.staged.pending:

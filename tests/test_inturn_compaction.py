@@ -172,7 +172,12 @@ ENDINGS: dict[str, tuple[list[ScriptStep], str]] = {
         "failed",
     ),
     "tool call, then no Completed": (
-        [boundary(), Usage(TokenUsage(500, 3, 503)), MessageDelta("Part"), ToolCallCompleted("call_x", "x", "{}")],
+        [
+            boundary(),
+            Usage(TokenUsage(500, 3, 503)),
+            MessageDelta("Part"),
+            ToolCallCompleted("call_x", "x", "{}"),
+        ],
         "not_completed",
     ),
 }

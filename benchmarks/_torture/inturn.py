@@ -101,9 +101,7 @@ async def inturn_child(job: ChildJob, conn: Connection) -> None:
                             "s": entry.sequence,
                             "type": type(event).__name__,
                         }
-                        if isinstance(event, ItemCompleted) and is_compaction_boundary(
-                            event.item
-                        ):
+                        if isinstance(event, ItemCompleted) and is_compaction_boundary(event.item):
                             ack["boundary"] = True
                         acks.write(ack)
                         if (
