@@ -18,7 +18,7 @@ of another turn means someone appended meanwhile, and the candidate is discarded
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import anyio
 
@@ -33,14 +33,22 @@ from roder_api.events import (
     ItemCompleted,
     JournalEvent,
 )
-from roder_api.transcript import ProviderMetadata, is_compaction_boundary
+from roder_api.transcript import (
+    AssistantMessage,
+    ProviderMetadata,
+    TranscriptItem,
+    UserMessage,
+    is_compaction_boundary,
+)
 from roder_runtime._journal import Journal
+from roder_runtime._model_call import Attempt
+from roder_runtime._turn_seams import TurnSink
 
 COMMIT_TRIES = 3
 """How often a commit is tried again when only this turn's own events moved the journal."""
 
 
-def is_boundary(event: object) -> bool:
+def is_boundary(event: object) -> TypeGuard[ProviderMetadata]:
     """Return True for an engine event that is a native compaction boundary."""
     return isinstance(event, ProviderMetadata) and is_compaction_boundary(event)
 
@@ -70,6 +78,7 @@ class StagedBoundary:
         self.boundary: ProviderMetadata | None = None
         self.conflicting = False
         self.settled = False
+        self.preempted = False
         self.staged = staged if staged is not None else anyio.Event()
 
     @property
@@ -160,3 +169,87 @@ async def commit_step(
         staged.settled = True
         return entries
     return None
+
+
+class InTurnCompaction:
+    """The in-turn compaction of one turn: what the turn driver asks at each of its seams.
+
+    It keeps the journal's mark (where the turn began), the staged boundary of the model
+    step running now, and why a boundary left staged when the turn ends is discarded.
+    """
+
+    def __init__(self, turn_id: str, sink: TurnSink, journal: Journal) -> None:
+        self.turn_id = turn_id
+        self.sink = sink
+        self.journal = journal
+        self.mark = 0
+        self.current = StagedBoundary(turn_id)
+        self.reason = DiscardReason.INTERRUPTED
+        self._call_staged = anyio.Event()
+
+    async def mark_turn_start(self) -> None:
+        """Wait until the turn's events so far are persisted; remember the journal's end."""
+        await self.sink.persisted()
+        self.mark = await self.journal.last_sequence()
+
+    def preempt(self, steer: Any) -> PreemptWhileStaged:
+        """Return the preempt signal of one model call (a steer counts once it is staged)."""
+        self._call_staged = anyio.Event()
+        return PreemptWhileStaged(steer, self._call_staged, lambda: self.current)
+
+    def next_step(self) -> None:
+        """Begin a model step (an attempt): nothing staged yet."""
+        self.current = StagedBoundary(self.turn_id, self._call_staged)
+
+    async def stage(self, boundary: ProviderMetadata) -> None:
+        """Stage a boundary the step streamed (journaling ``CompactionStarted`` once)."""
+        started = self.current.stage(boundary)
+        if started:
+            await self.sink.record(*started)
+
+    def ended(self, attempt: Attempt, failed: bool, completed: bool) -> bool:
+        """Note how the model call ended; return True when a steer preempted the step."""
+        if attempt.preempted and self.current.pending:
+            self.current.preempted = True
+            return True
+        if attempt.failure is not None:
+            self.reason = DiscardReason.DISCONNECTED
+        elif failed or attempt.error is not None:
+            self.reason = DiscardReason.FAILED
+        elif not completed:
+            self.reason = DiscardReason.NOT_COMPLETED
+        else:
+            self.reason = DiscardReason.INTERRUPTED  # from here on only an abort ends it
+        return False
+
+    def discard_staged(self) -> list[Event]:
+        """Return the discard of a boundary still staged as the turn ends (else nothing)."""
+        return self.current.discard(self.reason)
+
+    async def preempted(self, partial: str, steering: Sequence[str]) -> list[TranscriptItem]:
+        """Journal a preempted step: the boundary discarded, the partial text and the
+        steering kept; return what joins the history for the next model step."""
+        added: list[TranscriptItem] = [AssistantMessage(partial, True)] if partial else []
+        added += [UserMessage(text) for text in steering]
+        await self.sink.record(
+            *self.current.discard(DiscardReason.PREEMPTED),
+            *(ItemCompleted(self.turn_id, item) for item in added),
+        )
+        return added
+
+    async def finish(self, events: Sequence[Event]) -> None:
+        """Journal a completed step's events, its staged boundary committed first (one
+        conditional append) — or discarded when it conflicts or someone appended since."""
+        staged = self.current
+        if not staged.pending:
+            await self.sink.record(*events)
+            return
+        if staged.conflicting:
+            await self.sink.record(*staged.discard(DiscardReason.CONFLICTING_BOUNDARY), *events)
+            return
+        await self.sink.persisted()
+        entries = await commit_step(self.journal, staged, self.mark, events)
+        if entries is None:
+            await self.sink.record(*staged.discard(DiscardReason.CONFLICT), *events)
+            return
+        self.mark = entries[-1].sequence

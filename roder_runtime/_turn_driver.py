@@ -14,8 +14,8 @@ The step loop (:meth:`TurnDriver._steps`) has two seams for later work:
   results to the transcript and loops to the next model step, up to ``max_tool_steps``;
 * **in-turn native compaction** — a model step collects its items (:class:`_Step.items`) and
   journals them as one batch when the step ends with ``Completed``; a ``ProviderMetadata``
-  boundary yielded by ``stream_turn`` is staged there and commits (or is discarded) with
-  that batch, in :meth:`TurnDriver._finish_step`.
+  boundary yielded by ``stream_turn`` is staged by ``roder_runtime._inturn`` and commits
+  (or is discarded) with that batch, in :meth:`TurnDriver._finish_step`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from roder_api.events import (
     AbortReason,
     AssistantContentDelta,
     ContentPhase,
-    DiscardReason,
     ErrorEvent,
     Event,
     InputAccepted,
@@ -65,7 +64,7 @@ from roder_api.transcript import (
 )
 from roder_runtime._auto_compaction import auto_compaction_due, maybe_auto_compact
 from roder_runtime._catalog import ModelCatalog
-from roder_runtime._inturn import PreemptWhileStaged, StagedBoundary, commit_step, is_boundary
+from roder_runtime._inturn import InTurnCompaction, is_boundary
 from roder_runtime._model_call import Attempt, RetryNotice, call_model
 from roder_runtime._turn_seams import Inbox, ToolRunner, TurnOutcome, TurnSink
 from roder_runtime._turns import new_id
@@ -85,10 +84,6 @@ class _Step:
     items: list[TranscriptItem] = field(default_factory=list)
     completed: bool = False
     failure: str | None = None
-    staged: StagedBoundary = field(default_factory=lambda: StagedBoundary(""))
-    """An in-turn compaction boundary the step streamed, staged until the step ends."""
-    preempted: bool = False
-    """A steer stopped the step while it held a staged boundary."""
 
 
 class TurnDriver:
@@ -131,9 +126,7 @@ class TurnDriver:
         self._input_recorded = False
         self._partial = ""
         self._waiting_for = f"engine {engine.id!r}"
-        self._staged: StagedBoundary | None = None
-        self._discard_reason = DiscardReason.INTERRUPTED
-        self._mark = 0
+        self._inturn = InTurnCompaction(turn_id, sink, self.journal)  # staged boundaries
 
     def abort(self, reason: AbortReason) -> None:
         """Stop the turn now (``interrupted``, ``closed``, ...), keeping the text delivered."""
@@ -188,9 +181,7 @@ class TurnDriver:
             events.append(TurnStarted(self.turn_id))
         if not self._input_recorded:
             events.append(ItemCompleted(self.turn_id, self.user_message))
-        if self._staged is not None:
-            # An in-turn boundary staged by the step that ended the turn: never committed.
-            events += self._staged.discard(self._discard_reason)
+        events += self._inturn.discard_staged()  # a boundary staged by the last step
         if self._partial:
             events.append(ItemCompleted(self.turn_id, AssistantMessage(self._partial, True)))
         # Steering that came too late for a model call is kept: the next turn replays it.
@@ -222,10 +213,7 @@ class TurnDriver:
         await self.sink.record(*start)
         self._started = True
         self._input_recorded = not due
-        await self.sink.persisted()
-        # Where this turn's journal begins: an in-turn commit checks that nothing but this
-        # turn was appended after it.
-        self._mark = await self.journal.last_sequence()
+        await self._inturn.mark_turn_start()  # persisted; in-turn commits check from here
         self._on_input_journaled()
         if not due:
             return [*history, user]
@@ -263,8 +251,9 @@ class TurnDriver:
         tool_steps = 0
         while True:
             step = await self._model_step(history)
-            if step.preempted:
-                history += await self._preempted_step(step)
+            if self._inturn.current.preempted:  # a steer stopped a step holding a boundary
+                self._partial = ""
+                history += await self._inturn.preempted(step.text, self.inbox.take())
                 continue
             items = self._step_items(step)
             if step.text:
@@ -272,7 +261,7 @@ class TurnDriver:
             calls = [i for i in items if isinstance(i, ToolCallRecord)]
             if calls and self.tool_step is not None and tool_steps < self.max_tool_steps:
                 # The tool step: the calls are journaled before they run; then their results.
-                await self._finish_step(items, [], step)
+                await self._finish_step(items, [])
                 tool_steps += 1
                 results = await self.tool_step.run(calls)
                 history += [*items, *results]
@@ -280,14 +269,12 @@ class TurnDriver:
             steering = self.inbox.take_or_close()
             if steering:
                 messages = [UserMessage(text) for text in steering]
-                await self._finish_step(
-                    items, [ItemCompleted(self.turn_id, m) for m in messages], step
-                )
+                await self._finish_step(items, [ItemCompleted(self.turn_id, m) for m in messages])
                 history += [*items, *messages]
                 continue
             self.finished = True
             with anyio.CancelScope(shield=True):  # decided: the turn completes, whatever comes
-                await self._finish_step(items, [TurnComplete(self.turn_id, last_text)], step)
+                await self._finish_step(items, [TurnComplete(self.turn_id, last_text)])
             return last_text if last_text is not None else ""
 
     def _step_items(self, step: _Step) -> list[TranscriptItem]:
@@ -298,43 +285,13 @@ class TurnDriver:
             items.append(AssistantMessage(step.text))
         return items
 
-    async def _finish_step(
-        self, items: Sequence[TranscriptItem], then: Sequence[Event], step: _Step | None = None
-    ) -> None:
+    async def _finish_step(self, items: Sequence[TranscriptItem], then: Sequence[Event]) -> None:
         """Journal a completed step's items as one batch, followed by ``then``.
 
-        A boundary the step staged (in-turn native compaction) commits here, first in the
-        same conditional append; a conflicting one, or one that someone else's append
-        overtook, is discarded and the step is journaled without it.
+        A staged in-turn boundary commits first in the same (conditional) append.
         """
         self._partial = ""
-        events = [*(ItemCompleted(self.turn_id, i) for i in items), *then]
-        staged = step.staged if step is not None else None
-        if staged is not None and staged.pending:
-            if staged.conflicting:
-                events = [*staged.discard(DiscardReason.CONFLICTING_BOUNDARY), *events]
-            else:
-                await self.sink.persisted()
-                entries = await commit_step(self.journal, staged, self._mark, events)
-                if entries is not None:
-                    self._mark = entries[-1].sequence
-                    return
-                events = [*staged.discard(DiscardReason.CONFLICT), *events]
-        await self.sink.record(*events)
-
-    async def _preempted_step(self, step: _Step) -> list[TranscriptItem]:
-        """Journal a step a steer stopped: its boundary discarded, its partial text and the
-        steering kept; return what joins the history for the next model step."""
-        added: list[TranscriptItem] = []
-        if step.text:
-            added.append(AssistantMessage(step.text, True))
-        added += [UserMessage(text) for text in self.inbox.take()]
-        self._partial = ""
-        await self.sink.record(
-            *step.staged.discard(DiscardReason.PREEMPTED),
-            *(ItemCompleted(self.turn_id, item) for item in added),
-        )
-        return added
+        await self._inturn.finish([*(ItemCompleted(self.turn_id, i) for i in items), *then])
 
     async def _model_step(self, history: Sequence[TranscriptItem]) -> _Step:
         """Call the model once (with retries); return the completed step or end the turn.
@@ -350,8 +307,8 @@ class TurnDriver:
 
         async def start(number: int) -> AsyncIterator[InferenceEvent]:
             nonlocal step
-            step = _Step(new_id("step"), staged=StagedBoundary(self.turn_id, staged_any))
-            self._staged = step.staged
+            step = _Step(new_id("step"))
+            self._inturn.next_step()
             await self.sink.record(ModelStepStarted(self.turn_id, step.step_id))
             self._waiting_for = f"engine {self.engine.id!r}"
             ctx = InferenceTurnContext(
@@ -365,26 +322,18 @@ class TurnDriver:
         async def before_retry(attempt: Attempt, notice: RetryNotice) -> None:
             await self.sink.record(WarningEvent(notice.message("model call"), self.turn_id))
 
-        staged_any = anyio.Event()  # set when a step of this call stages a boundary
-        with self.inbox.preempt() as steer:
-            # A steer waits for the model call, unless the step holds a staged boundary.
+        with self.inbox.preempt() as steer:  # a steer waits, unless a boundary is staged
             attempts = await call_model(
                 start,
                 consume,
                 reliability=self.config.reliability,
                 retryable=lambda attempt: not attempt.produced,
                 before_retry=before_retry,
-                preempt=PreemptWhileStaged(steer, staged_any, lambda: step.staged),
+                preempt=self._inturn.preempt(steer),
             )
         last = attempts[-1]
-        if last.preempted and step.staged.pending:
-            step.preempted = True
-            return step
-        self._discard_reason = DiscardReason.FAILED
-        if last.failure is not None:
-            self._discard_reason = DiscardReason.DISCONNECTED
-        elif step.failure is None and not step.completed and last.error is None:
-            self._discard_reason = DiscardReason.NOT_COMPLETED
+        if self._inturn.ended(last, step.failure is not None, step.completed):
+            return step  # preempted: the boundary is discarded, the turn goes on
         if last.error is not None:
             error = last.error
             raise _TurnFailed(
@@ -396,7 +345,6 @@ class TurnDriver:
             raise _TurnFailed(f"model call failed: {step.failure}")
         if not step.completed:
             raise _TurnFailed("the model stream ended without completing")
-        self._discard_reason = DiscardReason.INTERRUPTED
         return step
 
     async def _consume(self, step: _Step, event: InferenceEvent) -> bool:
@@ -424,10 +372,7 @@ class TurnDriver:
             # Billed as observed, so every attempt is billed whatever happens next.
             await self.sink.record(UsageUpdated(self.turn_id, event.usage, UsagePurpose.TURN))
         elif is_boundary(event):
-            assert isinstance(event, ProviderMetadata)
-            started = step.staged.stage(event)  # staged: it commits only with the step
-            if started:
-                await self.sink.record(*started)
+            await self._inturn.stage(event)  # in-turn compaction: committed with the step
         elif isinstance(event, ProviderMetadata):
             step.items.append(event)
         elif isinstance(event, Completed):
