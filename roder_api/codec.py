@@ -256,7 +256,17 @@ def loads_json(data: bytes | str) -> Any:
 
 
 _MARKS = (EXACT_MARK[0], EXACT_MARK.decode())
-_make_journal_event = record_builder(JournalEvent)
+_build_journal_event = record_builder(JournalEvent)
+
+
+def journal_event(sequence: int, recorded_at_ms: int, event: Any) -> JournalEvent:
+    """Return ``JournalEvent(sequence, recorded_at_ms, event)`` built without the constructor.
+
+    For a store's read loop, where the parts are already decoded: it fills the slots as the
+    constructor would, with the shared empty ``unknown_fields``.
+    """
+    built: JournalEvent = _build_journal_event(sequence, recorded_at_ms, event)
+    return built
 
 
 def journal_events(rows: Iterable[tuple[Any, Any, bytes | str]]) -> list[JournalEvent]:
@@ -266,7 +276,7 @@ def journal_events(rows: Iterable[tuple[Any, Any, bytes | str]]) -> list[Journal
     :func:`from_dict`, the ``JournalEvent`` is built without its constructor's checks, and
     the cyclic collector is paused meanwhile (:func:`gc_paused`).
     """
-    make, parse, marks, decoders = _make_journal_event, orjson.loads, _MARKS, record_decoders()
+    make, parse, marks, decoders = _build_journal_event, orjson.loads, _MARKS, record_decoders()
     out: list[JournalEvent] = []
     append = out.append
     with gc_paused():
@@ -336,6 +346,7 @@ __all__ = [
     "find_unserializable",
     "from_dict",
     "gc_paused",
+    "journal_event",
     "journal_events",
     "loads",
     "loads_json",
