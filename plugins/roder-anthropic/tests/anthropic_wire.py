@@ -189,6 +189,20 @@ def check_message(data: Any) -> None:
     _no_extra(message, "$")
 
 
+def check_models(data: Any) -> None:
+    """Check a ``GET /v1/models`` answer: a page of the SDK's ``ModelInfo`` entries."""
+    from anthropic.types import ModelInfo
+
+    if not isinstance(data, dict) or set(data) != {"data", "has_more", "first_id", "last_id"}:
+        raise WireError(f"not a models page: {data!r}")
+    for entry in data["data"]:
+        try:
+            info = ModelInfo.model_validate(entry)
+        except pydantic.ValidationError as error:
+            raise WireError(f"not a model: {error}") from None
+        _no_extra(info, "$.data[]")
+
+
 def check_error(data: Any) -> None:
     """Check an error body (HTTP error answer, or an ``error`` stream event)."""
     try:

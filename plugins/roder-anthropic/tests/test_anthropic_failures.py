@@ -17,6 +17,7 @@ from anthropic_loopback import (
     text_block,
     text_stream,
 )
+from anthropic_wire import check_models
 
 from roder_anthropic import AnthropicEngine, AnthropicSettings, AnthropicSettingsError
 from roder_api.inference import (
@@ -206,6 +207,7 @@ async def test_list_models_reads_the_servers_models(server: LoopbackServer, api_
                 "id": "claude-test",
                 "type": "model",
                 "display_name": "Claude Test",
+                "lifecycle": "active",
                 "created_at": "2026-01-01T00:00:00Z",
                 "max_input_tokens": 1000000,
                 "max_tokens": 64000,
@@ -215,6 +217,7 @@ async def test_list_models_reads_the_servers_models(server: LoopbackServer, api_
         "first_id": "claude-test",
         "last_id": "claude-test",
     }
+    check_models(models)
     server.expect(
         "/v1/models",
         Reply(
