@@ -48,7 +48,11 @@ class TestThreadStoreConformance(ThreadStoreConformance):
         return thread_store_factory
 
     def read_only_factory(self, factory: ThreadStoreFactory) -> ThreadStoreFactory | None:
-        """Open SQLite and PostgreSQL stores read-only (their ``read_only`` option)."""
+        """Open every store read-only (its ``read_only`` option)."""
+        if isinstance(factory, JsonlThreadStoreFactory):
+            return JsonlThreadStoreFactory(
+                factory.base_path, durability=factory.durability, read_only=True
+            )
         if isinstance(factory, SqliteThreadStoreFactory):
             return SqliteThreadStoreFactory(factory.path, read_only=True)
         if type(factory).__name__ == "PostgresThreadStoreFactory":

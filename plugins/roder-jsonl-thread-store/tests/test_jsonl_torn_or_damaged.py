@@ -8,7 +8,7 @@ import pytest
 from jsonl_helpers import journal_with, msg
 
 from roder_api.codec import dumps_list
-from roder_api.errors import StoreCorruptedError
+from roder_api.errors import StoreCorruptedError, StoreError
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_jsonl_thread_store._format import encode_record
 
@@ -99,3 +99,38 @@ async def test_fsck_repair_moves_a_torn_tail_to_the_quarantine_file(
     assert repair.quarantine is not None and repair.quarantine.read_bytes() == b'{"c":"0'
     assert path.read_bytes() == intact and (await store.check_thread("t")).ok
     await store.aclose()
+
+
+async def test_read_only_and_must_exist_opens_create_nothing(
+    factory: JsonlThreadStoreFactory,
+) -> None:
+    missing = factory.base_path.parent / "missing"
+    for options in ({"read_only": True}, {"must_exist": True}):
+        with pytest.raises(StoreError, match="does not exist; nothing was created"):
+            await JsonlThreadStoreFactory(missing, **options).open()  # type: ignore[arg-type]
+        assert not missing.exists()
+    path = await journal_with(factory, "t", 2)
+    path.write_bytes(path.read_bytes() + b'{"c":"torn')
+    before = {
+        p: (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in factory.base_path.rglob("*")
+        if p.is_file()
+    }
+    reader = await JsonlThreadStoreFactory(factory.base_path, read_only=True).open()
+    assert [e.sequence for e in await reader.read_events("t")] == [1, 2]
+    assert [m.thread_id for m in (await reader.list_threads()).threads] == ["t"]
+    assert not (await reader.check_thread("t")).ok  # the torn tail is reported
+    with pytest.raises(StoreError, match="opened read-only"):
+        await reader.append_events("t", [msg(3)])
+    with pytest.raises(StoreError, match="opened read-only"):
+        await reader.repair_thread("t")
+    with pytest.raises(StoreError, match="opened read-only"):
+        async with reader.lease("t", owner="me"):
+            pass
+    await reader.aclose()
+    after = {
+        p: (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in factory.base_path.rglob("*")
+        if p.is_file()
+    }
+    assert after == before

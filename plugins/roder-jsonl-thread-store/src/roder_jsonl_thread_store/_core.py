@@ -127,7 +127,7 @@ def damage_error(thread_id: str, path: Path, damage: Damage) -> StoreError:
 class StoreCore:
     """The state one store object shares between its reader, writer and fsck."""
 
-    def __init__(self, base_path: Path, durability: str) -> None:
+    def __init__(self, base_path: Path, durability: str, *, read_only: bool = False) -> None:
         if durability not in DURABILITY_MODES:
             raise ValueError(
                 f"unknown durability {durability!r}; use one of {', '.join(DURABILITY_MODES)}"
@@ -152,8 +152,10 @@ class StoreCore:
         self._guards_lock = threading.Lock()
         self.ready_lock = threading.Lock()
         self.ready = False
-        self.read_only = False
-        """True when the directory may not be written: the index lives in memory."""
+        self.opened_read_only = read_only
+        """True when the store was opened read-only: it writes nothing, whatever it may."""
+        self.read_only = read_only
+        """True when the store writes nothing (opened so, or may not): the index is in memory."""
         self.session_started = False
         self.index_behind = False
 
@@ -179,6 +181,8 @@ class StoreCore:
 
     def may_write(self) -> bool:
         """Return True when this process may write the store's directory and its index."""
+        if self.opened_read_only:
+            return False
         for path in (self.base_path, self.threads_dir, self.index_path):
             if path.exists() and not os.access(path, os.W_OK):
                 return False
@@ -249,6 +253,11 @@ class StoreCore:
         """Before the first write: make the directories and register a liveness marker."""
         if self.session_started:
             return
+        if self.opened_read_only:
+            raise StoreError(
+                f"the JSONL store in {self.base_path} was opened read-only; open it without "
+                "read_only to write; nothing was stored"
+            )
         with self.ready_lock:
             if self.session_started:
                 return

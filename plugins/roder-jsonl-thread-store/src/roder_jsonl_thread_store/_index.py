@@ -128,8 +128,9 @@ class ThreadIndex:
     def open_in_memory(self) -> None:
         """Open an in-memory index: a copy of the index file when it can be read, else empty.
 
-        ``created`` says whether it starts empty (the caller then builds it from the
-        journals). Never writes to the file or its directory.
+        ``created`` says whether it starts empty. Either way the caller catches it up from
+        the journals (the copy skips what only the WAL holds). Never writes to the file or
+        its directory.
         """
         with self._lock:
             if self._db is not None:
@@ -138,7 +139,9 @@ class ThreadIndex:
             copied = False
             if self.path.exists():
                 try:
-                    source = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True)
+                    # immutable: no lock, no -shm or -wal made, the WAL not read. The copy may
+                    # miss the newest rows; the caller catches it up from the journals.
+                    source = sqlite3.connect(f"{self.path.as_uri()}?immutable=1", uri=True)
                     try:
                         row = source.execute(
                             "SELECT value FROM info WHERE key = 'version'"

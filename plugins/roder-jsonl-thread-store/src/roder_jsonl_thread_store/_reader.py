@@ -107,7 +107,7 @@ class JournalReader:
             else:
                 core.read_only = True
                 core.index.open_in_memory()
-            if core.index.created:
+            if core.index.created or core.read_only:
                 self.catch_up()
             else:
                 self.check_sessions(force=not HAVE_FLOCK)

@@ -9,8 +9,8 @@ GroupCommit`. The file layout is described in ``_core``, the line format in ``_f
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +69,10 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
 
     store_name = "JSONL thread store"
 
-    def __init__(self, base_path: Path, *, durability: str = "fsync") -> None:
-        self._core = StoreCore(base_path, durability)
+    def __init__(
+        self, base_path: Path, *, durability: str = "fsync", read_only: bool = False
+    ) -> None:
+        self._core = StoreCore(base_path, durability, read_only=read_only)
         self._reader = JournalReader(self._core)
         self._writer = JournalWriter(self._core, self._reader)
         self._checker = JournalChecker(self._core, self._reader, self._writer)
@@ -207,8 +209,11 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
         """Return a context manager holding the thread's lease (``leases/<id>.lease``).
 
         An OS file lock: refused with ``ThreadBusyError`` naming the holder while another
-        task or process holds it, released by the OS when the holder dies.
+        task or process holds it, released by the OS when the holder dies. A store opened
+        read-only refuses with ``StoreError`` (a lease is a write).
         """
+        if self._core.opened_read_only:
+            return _refused_lease(self._core.base_path)
         return self._leases.lease(thread_id, owner=owner)
 
     # --- checking and repairing (roder fsck) ----------------------------------------------
@@ -253,20 +258,48 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
         return await self.run_sync(self._checker.prune_index)
 
 
+@asynccontextmanager
+async def _refused_lease(base_path: Path) -> AsyncIterator[ThreadLease]:
+    raise StoreError(
+        f"the JSONL store in {base_path} was opened read-only; a lease is a write: open it "
+        "without read_only to run sessions"
+    )
+    yield  # pragma: no cover - never reached
+
+
 class JsonlThreadStoreFactory(ThreadStoreFactory):
-    """Opens JSONL thread stores under ``base_path`` (``durability``: fsync, group, none)."""
+    """Opens JSONL thread stores under ``base_path`` (``durability``: fsync, group, none).
+
+    ``must_exist``: refuse (``StoreError``, nothing created) unless ``base_path`` exists.
+    ``read_only``: write nothing at all (the index is kept in memory; every write and lease
+    raises ``StoreError``); implies ``must_exist``.
+    """
 
     id = "jsonl"
 
-    def __init__(self, base_path: str | os.PathLike[str], *, durability: str = "fsync") -> None:
+    def __init__(
+        self,
+        base_path: str | os.PathLike[str],
+        *,
+        durability: str = "fsync",
+        read_only: bool = False,
+        must_exist: bool = False,
+    ) -> None:
         if durability not in DURABILITY_MODES:
             raise ValueError(
                 f"unknown durability {durability!r}; use one of {', '.join(DURABILITY_MODES)}"
             )
         self.base_path = Path(base_path).expanduser()
         self.durability = durability
+        self.read_only = read_only
+        self.must_exist = must_exist or read_only
 
     def _prepare(self) -> JsonlThreadStore:
+        if not self.base_path.is_dir() and self.must_exist:
+            raise StoreError(
+                f"the JSONL store {self.base_path} does not exist; nothing was created "
+                "(check the path)"
+            )
         if not self.base_path.exists():
             # A new store: make its directories durable now. An existing one is left as it
             # is: its directories are made by the first write that needs them.
@@ -275,7 +308,9 @@ class JsonlThreadStoreFactory(ThreadStoreFactory):
             if self.durability != "none":
                 fsync_dir(self.base_path)
                 fsync_dir(self.base_path.parent)
-        store = JsonlThreadStore(self.base_path, durability=self.durability)
+        store = JsonlThreadStore(
+            self.base_path, durability=self.durability, read_only=self.read_only
+        )
         store._reader.ensure_ready()
         return store
 
@@ -295,4 +330,5 @@ class JsonlThreadStoreFactory(ThreadStoreFactory):
 
     def describe(self) -> str:
         """Return where the journals live."""
-        return f"jsonl at {self.base_path} (durability {self.durability})"
+        mode = ", read-only" if self.read_only else ""
+        return f"jsonl at {self.base_path} (durability {self.durability}{mode})"

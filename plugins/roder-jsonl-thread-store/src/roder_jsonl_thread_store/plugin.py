@@ -18,17 +18,30 @@ def default_base_path() -> Path:
     return Path(home).expanduser() / "threads"
 
 
+def _flag(value: object) -> bool:
+    """Return a boolean setting given as a bool or as text (``"true"``, ``"1"``, ...)."""
+    if isinstance(value, str):
+        return value.strip().lower() in {"1", "true", "yes", "on"}
+    return bool(value)
+
+
 @hookimpl
 def register_thread_store_factories(
     register: Callable[[ThreadStoreFactory], None],
     settings: Mapping[str, Mapping[str, Any]],
 ) -> None:
-    """Register the ``jsonl`` factory, configured by the ``jsonl`` settings table."""
+    """Register the ``jsonl`` factory, configured by the ``jsonl`` settings table.
+
+    Settings: ``path``, ``durability`` (fsync, group, none), ``read_only`` and ``must_exist``
+    (booleans; see :class:`JsonlThreadStoreFactory`).
+    """
     table = settings.get("jsonl", {})
     path = table.get("path")
     register(
         JsonlThreadStoreFactory(
             base_path=Path(str(path)).expanduser() if path else default_base_path(),
             durability=str(table.get("durability", "fsync")),
+            read_only=_flag(table.get("read_only", False)),
+            must_exist=_flag(table.get("must_exist", False)),
         )
     )
