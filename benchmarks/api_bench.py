@@ -92,13 +92,22 @@ def peer_available() -> bool:
     return importlib.util.find_spec("agents") is not None
 
 
-async def median_of(func: Callable[[], Awaitable[float]], repeats: int) -> float:
-    """Return the median of ``repeats`` calls of ``func`` (each returns its own seconds)."""
-    times = []
+async def interleaved(
+    roder: Callable[[], Awaitable[float]],
+    raw: Callable[[], Awaitable[float]],
+    peer: Callable[[], Awaitable[float]] | None,
+    repeats: int,
+) -> tuple[float, float, float | None]:
+    """Return the median seconds of Roder, raw and the peer, their rounds interleaved so
+    that all three see the same disk weather (other jobs share this machine's disk)."""
+    times: tuple[list[float], list[float], list[float]] = ([], [], [])
     for _ in range(repeats):
-        gc.collect()
-        times.append(await func())
-    return statistics.median(times)
+        for func, out in ((roder, times[0]), (raw, times[1]), (peer, times[2])):
+            if func is not None:
+                gc.collect()
+                out.append(await func())
+    peer_s = statistics.median(times[2]) if times[2] else None
+    return statistics.median(times[0]), statistics.median(times[1]), peer_s
 
 
 async def timed(func: Callable[[], Awaitable[Any]]) -> float:
@@ -167,6 +176,13 @@ async def w1(root: Path, sizes: Sizes) -> dict[str, float | None]:
             os.close(fd)
             path.unlink()
 
+    async def peer() -> float:
+        with peer_session(f"s{time.monotonic_ns()}", root / "w1-peer.db") as session:
+            start = time.perf_counter()
+            for i in range(n):
+                await session.add_items([peer_item(i)])
+            return time.perf_counter() - start
+
     async with runtime_at(root / "w1-roder") as runtime:
 
         async def roder() -> float:
@@ -176,19 +192,9 @@ async def w1(root: Path, sizes: Sizes) -> dict[str, float | None]:
                 await runtime.persist_turn_item(tid, "turn-1", user_item(i))
             return time.perf_counter() - start
 
-        roder_s = await median_of(roder, sizes.repeats)
-    raw_s = await median_of(raw, sizes.repeats)
-    peer_s = None
-    if peer_available():
-
-        async def peer() -> float:
-            with peer_session(f"s{time.monotonic_ns()}", root / "w1-peer.db") as session:
-                start = time.perf_counter()
-                for i in range(n):
-                    await session.add_items([peer_item(i)])
-                return time.perf_counter() - start
-
-        peer_s = await median_of(peer, sizes.repeats)
+        roder_s, raw_s, peer_s = await interleaved(
+            roder, raw, peer if peer_available() else None, sizes.repeats
+        )
     return {"raw": n / raw_s, "roder": n / roder_s, "peer": None if peer_s is None else n / peer_s}
 
 
@@ -209,6 +215,13 @@ async def w2(root: Path, sizes: Sizes) -> dict[str, float | None]:
             os.close(fd)
             path.unlink()
 
+    async def peer() -> float:
+        with peer_session(f"s{time.monotonic_ns()}", root / "w2-peer.db") as session:
+            start = time.perf_counter()
+            for _ in range(rounds):
+                await session.add_items([peer_item(i) for i in range(tasks)])
+            return time.perf_counter() - start
+
     async with runtime_at(root / "w2-roder") as runtime:
 
         async def roder() -> float:
@@ -220,19 +233,9 @@ async def w2(root: Path, sizes: Sizes) -> dict[str, float | None]:
                 )
             return time.perf_counter() - start
 
-        roder_s = await median_of(roder, sizes.repeats)
-    raw_s = await median_of(raw, sizes.repeats)
-    peer_s = None
-    if peer_available():
-
-        async def peer() -> float:
-            with peer_session(f"s{time.monotonic_ns()}", root / "w2-peer.db") as session:
-                start = time.perf_counter()
-                for _ in range(rounds):
-                    await session.add_items([peer_item(i) for i in range(tasks)])
-                return time.perf_counter() - start
-
-        peer_s = await median_of(peer, sizes.repeats)
+        roder_s, raw_s, peer_s = await interleaved(
+            roder, raw, peer if peer_available() else None, sizes.repeats
+        )
     return {
         "raw": total / raw_s,
         "roder": total / roder_s,
@@ -300,7 +303,7 @@ async def long_thread(root: Path, items: int, *, boundary_from_end: int) -> Long
 async def w3(thread: LongThread, sizes: Sizes) -> dict[str, float | None]:
     async def roder() -> float:
         async with runtime_at(thread.base) as runtime:
-            snapshot = await runtime.load_thread(thread.thread_id)
+            await runtime.load_thread(thread.thread_id)  # as a serving runtime would have
             gc.collect()
             start = time.perf_counter()
             snapshot = await runtime.load_thread(thread.thread_id)
@@ -313,9 +316,7 @@ async def w3(thread: LongThread, sizes: Sizes) -> dict[str, float | None]:
         raw_load(thread.raw_path)
         return time.perf_counter() - start
 
-    roder_s = await median_of(roder, sizes.repeats)
-    raw_s = await median_of(raw, sizes.repeats)
-    peer_s = None
+    peer_fn: Callable[[], Awaitable[float]] | None = None
     if thread.peer_db is not None:
         peer_db = thread.peer_db
 
@@ -327,7 +328,8 @@ async def w3(thread: LongThread, sizes: Sizes) -> dict[str, float | None]:
                 assert len(got) == sizes.w3_items
                 return elapsed
 
-        peer_s = await median_of(peer, sizes.repeats)
+        peer_fn = peer
+    roder_s, raw_s, peer_s = await interleaved(roder, raw, peer_fn, sizes.repeats)
     async with runtime_at(thread.base) as runtime:
         await runtime.store()
         roder_peak = await peak_memory(lambda: runtime.load_thread(thread.thread_id))
@@ -374,9 +376,7 @@ async def w4(thread: LongThread, sizes: Sizes) -> dict[str, float | None]:
         raw_tail(thread.raw_path)
         return time.perf_counter() - start
 
-    roder_s = await median_of(roder, sizes.repeats * 3)
-    raw_s = await median_of(raw, sizes.repeats * 3)
-    peer_s = None
+    peer_fn: Callable[[], Awaitable[float]] | None = None
     if thread.peer_db is not None:
         peer_db = thread.peer_db
 
@@ -388,7 +388,8 @@ async def w4(thread: LongThread, sizes: Sizes) -> dict[str, float | None]:
                 assert len(got) == 20
                 return elapsed
 
-        peer_s = await median_of(peer, sizes.repeats * 3)
+        peer_fn = peer
+    roder_s, raw_s, peer_s = await interleaved(roder, raw, peer_fn, sizes.repeats * 3)
     return {"raw": raw_s, "roder": roder_s, "peer": peer_s}
 
 
@@ -426,9 +427,7 @@ async def w5(root: Path, sizes: Sizes) -> dict[str, float | None]:
         shutil.rmtree(base)
         return elapsed
 
-    roder_s = await median_of(roder, sizes.repeats)
-    raw_s = await median_of(raw, sizes.repeats)
-    peer_s = None
+    peer_fn: Callable[[], Awaitable[float]] | None = None
     if peer_available():
 
         async def peer() -> float:
@@ -442,7 +441,8 @@ async def w5(root: Path, sizes: Sizes) -> dict[str, float | None]:
             db.unlink()
             return elapsed
 
-        peer_s = await median_of(peer, sizes.repeats)
+        peer_fn = peer
+    roder_s, raw_s, peer_s = await interleaved(roder, raw, peer_fn, sizes.repeats)
     return {"raw": raw_s, "roder": roder_s, "peer": peer_s}
 
 
