@@ -114,7 +114,7 @@ def test_config_show_says_where_every_value_came_from(cli_env: dict[str, str]) -
         "source": "default",
     }
     store_dir = store_base(cli_env)
-    assert defaults["thread_store"] == f"jsonl at {store_dir} (durability fsync)"
+    assert defaults["thread_store"] == f"jsonl at {store_dir} (durability group)"
 
     path = write_config(
         cli_env,

@@ -70,7 +70,7 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
     store_name = "JSONL thread store"
 
     def __init__(
-        self, base_path: Path, *, durability: str = "fsync", read_only: bool = False
+        self, base_path: Path, *, durability: str = "group", read_only: bool = False
     ) -> None:
         self._core = StoreCore(base_path, durability, read_only=read_only)
         self._reader = JournalReader(self._core)
@@ -268,7 +268,7 @@ async def _refused_lease(base_path: Path) -> AsyncIterator[ThreadLease]:
 
 
 class JsonlThreadStoreFactory(ThreadStoreFactory):
-    """Opens JSONL thread stores under ``base_path`` (``durability``: fsync, group, none).
+    """Opens JSONL thread stores under ``base_path`` (``durability``: group (default), fsync, none).
 
     ``must_exist``: refuse (``StoreError``, nothing created) unless ``base_path`` exists.
     ``read_only``: write nothing at all (the index is kept in memory; every write and lease
@@ -281,7 +281,7 @@ class JsonlThreadStoreFactory(ThreadStoreFactory):
         self,
         base_path: str | os.PathLike[str],
         *,
-        durability: str = "fsync",
+        durability: str = "group",
         read_only: bool = False,
         must_exist: bool = False,
     ) -> None:

@@ -32,15 +32,15 @@ def register_thread_store_factories(
 ) -> None:
     """Register the ``jsonl`` factory, configured by the ``jsonl`` settings table.
 
-    Settings: ``path``, ``durability`` (fsync, group, none), ``read_only`` and ``must_exist``
-    (booleans; see :class:`JsonlThreadStoreFactory`).
+    Settings: ``path``, ``durability`` (group (default), fsync, none), ``read_only`` and
+    ``must_exist`` (booleans; see :class:`JsonlThreadStoreFactory`).
     """
     table = settings.get("jsonl", {})
     path = table.get("path")
     register(
         JsonlThreadStoreFactory(
             base_path=Path(str(path)).expanduser() if path else default_base_path(),
-            durability=str(table.get("durability", "fsync")),
+            durability=str(table.get("durability", "group")),
             read_only=_flag(table.get("read_only", False)),
             must_exist=_flag(table.get("must_exist", False)),
         )
