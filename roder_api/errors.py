@@ -6,11 +6,13 @@ Every error Roder raises on purpose is a :class:`RoderError`::
     ├── PluginError
     │   ├── PluginLoadError            a plugin failed to import or raised in a hook
     │   ├── DuplicateRegistrationError two registrations share an id
+    │   ├── MisconfiguredPluginError (LookupError)  installed, but its settings are bad
     │   └── UnknownPluginIdError (LookupError)
     │       ├── UnknownEngineError
     │       ├── UnknownThreadStoreError
     │       └── UnknownToolError
     ├── ConfigError (ValueError)       bad TOML, unknown key, bad value
+    │   └── PluginSettingsError        a bad key or value in a plugin's own table
     ├── StoreError
     │   ├── ThreadNotFoundError (LookupError)
     │   ├── ThreadExistsError
@@ -37,8 +39,8 @@ next in their message.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # only for annotations: those modules import this one
     from roder_api.inference import TokenUsage
@@ -132,6 +134,59 @@ class ConfigError(RoderError, ValueError):
             where = source + (f":{line}" if line is not None else "")
             where += ": "
         super().__init__(where + message)
+
+
+class PluginSettingsError(ConfigError):
+    """Raised by a plugin for a bad key or value in the settings table meant for it.
+
+    ``settings_id`` is the engine or store id the table belongs to (the key of the hooks'
+    ``settings`` mapping) and ``setting`` the key inside it (None: the table as a whole).
+    The registry adds where the key was written (file and line) and reports the id as
+    misconfigured rather than unknown.
+    """
+
+    def __init__(
+        self,
+        settings_id: str,
+        setting: str | None,
+        message: str,
+        *,
+        source: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        self.settings_id = settings_id
+        self.setting = setting
+        self.reason = message
+        super().__init__(message, source=source, key=setting, line=line)
+
+
+class MisconfiguredPluginError(PluginError, LookupError):
+    """Raised when an id belongs to an installed plugin that its settings keep from working."""
+
+    def __init__(self, kind: str, id: str, plugin: str, reason: str) -> None:
+        self.kind = kind
+        self.id = id
+        self.plugin = plugin
+        self.reason = reason
+        super().__init__(
+            f"{kind} {id!r} (plugin {plugin!r}) is installed but misconfigured: {reason}"
+        )
+
+
+def check_settings(settings_id: str, table: Mapping[str, Any] | None, known: Iterable[str]) -> None:
+    """Raise ``PluginSettingsError`` for the first key of ``table`` not in ``known``.
+
+    For plugins that validate their settings table: an unknown key is usually a typo that
+    would otherwise be silently ignored.
+    """
+    allowed = frozenset(known)
+    for key in table or {}:
+        if key not in allowed:
+            raise PluginSettingsError(
+                settings_id,
+                key,
+                f"unknown key {key!r}; known keys: {', '.join(sorted(allowed))}",
+            )
 
 
 class StoreError(RoderError):
@@ -316,8 +371,10 @@ __all__ = [
     "DuplicateRegistrationError",
     "InputTooLargeError",
     "InvalidThreadIdError",
+    "MisconfiguredPluginError",
     "PluginError",
     "PluginLoadError",
+    "PluginSettingsError",
     "RecorderError",
     "RecorderFullError",
     "RoderError",
@@ -332,4 +389,5 @@ __all__ = [
     "UnknownPluginIdError",
     "UnknownThreadStoreError",
     "UnserializableEventError",
+    "check_settings",
 ]

@@ -22,7 +22,9 @@ from roder_api import hookspecs
 from roder_api._markers import PROJECT_NAME
 from roder_api.errors import (
     DuplicateRegistrationError,
+    MisconfiguredPluginError,
     PluginLoadError,
+    PluginSettingsError,
     UnknownEngineError,
     UnknownThreadStoreError,
     UnknownToolError,
@@ -36,6 +38,9 @@ ENTRY_POINT_GROUP = PROJECT_NAME
 
 PLUGINS_ENV = "RODER_PLUGINS"
 """Environment variable: a comma list of plugin names to load; empty loads none."""
+
+NOT_INSTALLED = "not installed"
+"""How ``PluginInfo.error`` starts for a name in ``RODER_PLUGINS`` that no plugin has."""
 
 IMPORT_TIMEOUT_ENV = "RODER_PLUGIN_IMPORT_TIMEOUT"
 """Environment variable: seconds a plugin's import may take before it is reported failed."""
@@ -56,6 +61,8 @@ class PluginInfo:
     thread_stores: tuple[str, ...] = ()
     error: str | None = None
     tools: tuple[str, ...] = ()
+    misconfigured: Mapping[str, str] = field(default_factory=dict)
+    """Ids this plugin could not set up from their settings, each with the reason."""
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON object ``roder plugins --json`` prints for this plugin."""
@@ -67,6 +74,7 @@ class PluginInfo:
             "engines": list(self.engines),
             "thread_stores": list(self.thread_stores),
             "tools": list(self.tools),
+            "misconfigured": dict(self.misconfigured),
             "error": self.error,
         }
 
@@ -94,20 +102,37 @@ class ExtensionRegistry:
     sources: Mapping[str, str] = field(default_factory=dict)
     tools: Mapping[str, Tool] = field(default_factory=dict)
     tool_conflicts: Mapping[str, DuplicateRegistrationError] = field(default_factory=dict)
+    misconfigured: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """Ids an installed plugin could not set up from their settings: id -> (plugin, reason)."""
 
     def inference_engine(self, engine_id: str) -> InferenceEngine:
-        """Return the engine registered as ``engine_id``; raise ``UnknownEngineError``."""
+        """Return the engine registered as ``engine_id``.
+
+        Raise ``MisconfiguredPluginError`` when an installed plugin reported the id as
+        misconfigured, else ``UnknownEngineError`` when nothing has it.
+        """
         try:
             return self.engines[engine_id]
         except KeyError:
+            self._raise_misconfigured("inference engine", engine_id)
             raise UnknownEngineError(engine_id, self.engines) from None
 
     def thread_store_factory(self, store_id: str) -> ThreadStoreFactory:
-        """Return the factory registered as ``store_id``; raise ``UnknownThreadStoreError``."""
+        """Return the factory registered as ``store_id``.
+
+        Raise ``MisconfiguredPluginError`` when an installed plugin reported the id as
+        misconfigured, else ``UnknownThreadStoreError`` when nothing has it.
+        """
         try:
             return self.thread_store_factories[store_id]
         except KeyError:
+            self._raise_misconfigured("thread store", store_id)
             raise UnknownThreadStoreError(store_id, self.thread_store_factories) from None
+
+    def _raise_misconfigured(self, kind: str, id: str) -> None:
+        found = self.misconfigured.get(id)
+        if found is not None:
+            raise MisconfiguredPluginError(kind, id, found[0], found[1]) from None
 
     def tool(self, name: str) -> Tool:
         """Return the tool registered as ``name``; raise ``UnknownToolError``.
@@ -139,13 +164,22 @@ class ExtensionRegistryBuilder:
     """Collects engines and thread-store factories, then ``build()`` s a registry.
 
     ``settings`` maps engine and store ids to their configuration tables; plugins that
-    accept the opt-in ``settings`` hook argument receive it.
+    accept the opt-in ``settings`` hook argument receive it. ``locate(id, key)`` returns
+    where a setting was written (``config.toml:7``), to put in front of the reason a plugin
+    gives for a bad setting (``PluginSettingsError``).
     """
 
-    def __init__(self, *, settings: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        settings: Mapping[str, Mapping[str, Any]] | None = None,
+        locate: Callable[[str, str | None], str | None] | None = None,
+    ) -> None:
         self._settings: Mapping[str, Mapping[str, Any]] = MappingProxyType(
             {k: MappingProxyType(dict(v)) for k, v in (settings or {}).items()}
         )
+        self._locate = locate
+        self._misconfigured: dict[str, tuple[str, str]] = {}
         self._engines: dict[str, InferenceEngine] = {}
         self._factories: dict[str, ThreadStoreFactory] = {}
         self._tools: dict[str, Tool] = {}
@@ -212,6 +246,7 @@ class ExtensionRegistryBuilder:
             found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         infos: list[PluginInfo] = []
         seen: set[str] = set()
+        found = list(found)
         for ep in sorted(found, key=lambda e: e.name):
             if allowed is not None and ep.name not in allowed:
                 continue
@@ -219,6 +254,17 @@ class ExtensionRegistryBuilder:
                 continue
             seen.add(ep.name)
             infos.append(self._load_one(ep))
+        for missing in sorted((allowed or frozenset()) - {ep.name for ep in found}):
+            # A name in RODER_PLUGINS that nothing installed has: a typo, or a plugin that
+            # is not installed. Reported, not silently ignored.
+            installed = ", ".join(sorted({ep.name for ep in found})) or "none"
+            infos.append(
+                PluginInfo(
+                    missing,
+                    error=f"{NOT_INSTALLED} (named in {PLUGINS_ENV}; installed plugins: "
+                    f"{installed})",
+                )
+            )
         self._plugins.extend(infos)
         return tuple(infos)
 
@@ -254,10 +300,20 @@ class ExtensionRegistryBuilder:
         factories: list[ThreadStoreFactory] = []
         tools: list[Tool] = []
         source = f"plugin {name!r}"
+        misconfigured: dict[str, str] = {}
+
+        def report(id: str, error: BaseException | str) -> None:
+            misconfigured[str(id)] = self._reason(error)
+
         try:
-            self._call(pm, "register_inference_engines", _collector(engines, InferenceEngine))
             self._call(
-                pm, "register_thread_store_factories", _collector(factories, ThreadStoreFactory)
+                pm, "register_inference_engines", _collector(engines, InferenceEngine), report
+            )
+            self._call(
+                pm,
+                "register_thread_store_factories",
+                _collector(factories, ThreadStoreFactory),
+                report,
             )
             self._call(pm, "register_tools", _collector(tools, Tool))
             # Check every id before committing any, so a plugin registers all or nothing.
@@ -283,10 +339,25 @@ class ExtensionRegistryBuilder:
                 if key in pending:
                     raise DuplicateRegistrationError("tool", tool.name, source, source)
                 pending.add(key)
+        except PluginSettingsError as exc:
+            # Bad settings: the ids the table was for are misconfigured, not unknown.
+            reason = self._reason(exc)
+            misconfigured[exc.settings_id] = reason
+            self._note_misconfigured(name, misconfigured)
+            return PluginInfo(
+                name,
+                version,
+                distribution,
+                hook_names,
+                error=f"misconfigured: {reason}",
+                misconfigured=MappingProxyType(dict(misconfigured)),
+            )
         except Exception as exc:  # noqa: BLE001 - a plugin's hook may raise anything
+            self._note_misconfigured(name, misconfigured)
             return PluginInfo(
                 name, version, distribution, hook_names, error=f"{type(exc).__name__}: {exc}"
             )
+        self._note_misconfigured(name, misconfigured)
         for engine in engines:
             self.inference_engine(engine, source=source)
         for factory in factories:
@@ -304,13 +375,38 @@ class ExtensionRegistryBuilder:
             tuple(_engine_id(e) for e in engines),
             tuple(_factory_id(f) for f in factories),
             tools=tuple(t.name for t in tools),
+            misconfigured=MappingProxyType(dict(misconfigured)),
         )
 
     def _call(
-        self, pm: pluggy.PluginManager, hook_name: str, register: Callable[[Any], None]
+        self,
+        pm: pluggy.PluginManager,
+        hook_name: str,
+        register: Callable[[Any], None],
+        misconfigured: Callable[[str, BaseException | str], None] | None = None,
     ) -> None:
         caller = getattr(pm.hook, hook_name)
-        caller(register=register, settings=self._settings)
+        if misconfigured is None:
+            caller(register=register, settings=self._settings)
+        else:
+            caller(register=register, settings=self._settings, misconfigured=misconfigured)
+
+    def _reason(self, error: BaseException | str) -> str:
+        """Return a one-line reason, led by where the bad setting was written."""
+        if isinstance(error, str):
+            return error
+        if isinstance(error, PluginSettingsError):
+            where = error.source
+            if error.line is not None and where is not None:
+                where = f"{where}:{error.line}"
+            if where is None and self._locate is not None:
+                where = self._locate(error.settings_id, error.setting)
+            return f"{where}: {error.reason}" if where else error.reason
+        return f"{type(error).__name__}: {error}"
+
+    def _note_misconfigured(self, plugin: str, found: Mapping[str, str]) -> None:
+        for id, reason in found.items():
+            self._misconfigured.setdefault(id, (plugin, reason))
 
     def build(self) -> ExtensionRegistry:
         """Return an immutable registry of everything registered so far."""
@@ -321,6 +417,7 @@ class ExtensionRegistryBuilder:
             sources=MappingProxyType(dict(self._sources)),
             tools=MappingProxyType(dict(self._tools)),
             tool_conflicts=MappingProxyType(dict(self._tool_conflicts)),
+            misconfigured=MappingProxyType(dict(self._misconfigured)),
         )
 
 
@@ -406,6 +503,7 @@ __all__ = [
     "ExtensionRegistry",
     "ExtensionRegistryBuilder",
     "IMPORT_TIMEOUT_ENV",
+    "NOT_INSTALLED",
     "PLUGINS_ENV",
     "PluginInfo",
     "import_timeout_s",

@@ -22,11 +22,15 @@ from roder_api.tools import Tool
 def register_inference_engines(
     register: Callable[[InferenceEngine], None],
     settings: Mapping[str, Mapping[str, Any]],
+    misconfigured: Callable[[str, BaseException | str], None],
 ) -> None:
     """Register inference engines by calling ``register(engine)`` once per engine.
 
     Called once when the extension registry is built (``load_entry_points``). ``settings``
-    maps engine ids to their ``[engines.<id>]`` configuration table.
+    maps engine ids to their ``[engines.<id>]`` configuration table. ``misconfigured(id,
+    error)`` (opt-in) reports an engine that its table keeps from being built (raise
+    ``roder_api.errors.PluginSettingsError`` for it) while the plugin's other engines still
+    register; commands that need that id then say it is misconfigured, and why.
     """
 
 
@@ -34,12 +38,15 @@ def register_inference_engines(
 def register_thread_store_factories(
     register: Callable[[ThreadStoreFactory], None],
     settings: Mapping[str, Mapping[str, Any]],
+    misconfigured: Callable[[str, BaseException | str], None],
 ) -> None:
     """Register thread-store factories by calling ``register(factory)`` once per factory.
 
     Called once when the extension registry is built (``load_entry_points``). ``settings``
     maps store ids to their configuration (the ``[thread_store]`` table goes to the
-    configured backend's id).
+    configured backend's id). ``misconfigured(id, error)`` (opt-in) reports a store its
+    settings keep from working, as for engines; raising ``PluginSettingsError`` from the
+    hook does the same for the id it names.
     """
 
 

@@ -269,6 +269,9 @@ class InferenceEngine:
     id: str = ""
     capabilities: InferenceCapabilities = InferenceCapabilities.text_only()
     requires_native_compaction: bool = False
+    default_model: str | None = None
+    """The model used when neither the caller nor ``default_model`` in the configuration
+    chooses one (None: the runtime passes ``<engine id>-default`` and the engine decides)."""
 
     async def list_models(self, ctx: InferenceProviderContext) -> Sequence[ModelDescriptor]:
         """Return the models this engine offers."""

@@ -30,8 +30,15 @@ class ModelCatalog:
         )
 
     def default_model(self, engine: InferenceEngine) -> str:
-        """Return the configured default model, or a name derived from the engine."""
-        return self.config.default_model or f"{engine.id}-default"
+        """Return the model to use on ``engine`` when none is asked for.
+
+        ``default_model`` belongs to ``default_engine`` (to every engine when that is unset);
+        other engines get their own ``default_model``, else ``<engine id>-default``.
+        """
+        default_engine = self.config.default_engine
+        if self.config.default_model and default_engine in (None, engine.id):
+            return self.config.default_model
+        return engine.default_model or f"{engine.id}-default"
 
     async def context_window(self, engine: InferenceEngine, model: str) -> int | None:
         """Return the context window (tokens) the engine's ``list_models`` gives ``model``.

@@ -109,6 +109,24 @@ class RuntimeConfig:
             settings["mcp_servers"] = {k: dict(v) for k, v in self.mcp_servers.items()}
         return settings
 
+    def setting_source(self, settings_id: str, key: str | None) -> str | None:
+        """Return where a plugin's setting was written (``config.toml:7``, ``env VAR``).
+
+        ``settings_id`` is the engine or store id (a key of :meth:`plugin_settings`), ``key``
+        a key of its table (None: the table itself). None when it is not known.
+        """
+        store_id = self.thread_store or "jsonl"
+        tables = ["thread_store"] if settings_id == store_id else []
+        tables.append(f"engines.{settings_id}")
+        for table in tables:
+            if key is None:
+                found = [v for k, v in self.sources.items() if k.startswith(table + ".")]
+                if found:
+                    return found[0].rsplit(":", 1)[0] if found[0][-1:].isdigit() else found[0]
+            elif f"{table}.{key}" in self.sources:
+                return self.sources[f"{table}.{key}"]
+        return None
+
 
 _TOP_LEVEL_INTS = (
     "max_input_bytes",

@@ -63,7 +63,9 @@ def load_registry(config: RuntimeConfig) -> ExtensionRegistry:
 
     Blocking: it imports the plugins' modules.
     """
-    builder = ExtensionRegistryBuilder(settings=config.plugin_settings())
+    builder = ExtensionRegistryBuilder(
+        settings=config.plugin_settings(), locate=config.setting_source
+    )
     builder.load_entry_points()
     return builder.build()
 

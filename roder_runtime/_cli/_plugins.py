@@ -7,9 +7,10 @@ from typing import Any
 
 import anyio.to_thread
 
-from roder_api.extension import ExtensionRegistry, ExtensionRegistryBuilder
+from roder_api.extension import ExtensionRegistry
 from roder_runtime._cli._common import EXIT_OK, add_json_flag, print_json
 from roder_runtime._config import load_config
+from roder_runtime._runtime import load_registry
 
 
 def register(subparsers: Any) -> None:
@@ -29,10 +30,7 @@ def register(subparsers: Any) -> None:
 
 
 def _load_plugins(config_path: str | None) -> ExtensionRegistry:
-    config = load_config(config_path)
-    builder = ExtensionRegistryBuilder(settings=config.plugin_settings())
-    builder.load_entry_points()
-    return builder.build()
+    return load_registry(load_config(config_path))
 
 
 async def plugins_command(args: argparse.Namespace) -> int:
@@ -52,6 +50,8 @@ async def plugins_command(args: argparse.Namespace) -> int:
             print(f"{line}  FAILED: {info.error}")
             continue
         parts = []
+        for id, reason in info.misconfigured.items():
+            parts.append(f"{id} MISCONFIGURED: {reason}")
         if info.engines:
             parts.append("engines: " + ", ".join(info.engines))
         if info.thread_stores:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from roder_api import hookimpl
+from roder_api.errors import PluginSettingsError, check_settings
 from roder_api.threads import ThreadStoreFactory
 from roder_jsonl_thread_store._store import JsonlThreadStoreFactory
 
@@ -36,12 +37,16 @@ def register_thread_store_factories(
     ``must_exist`` (booleans; see :class:`JsonlThreadStoreFactory`).
     """
     table = settings.get("jsonl", {})
+    # A typo (`durabilty`) would otherwise be ignored and the store run with the default.
+    check_settings("jsonl", table, ("path", "durability"))
     path = table.get("path")
-    register(
-        JsonlThreadStoreFactory(
+    try:
+        factory = JsonlThreadStoreFactory(
             base_path=Path(str(path)).expanduser() if path else default_base_path(),
             durability=str(table.get("durability", "group")),
             read_only=_flag(table.get("read_only", False)),
             must_exist=_flag(table.get("must_exist", False)),
         )
-    )
+    except ValueError as exc:
+        raise PluginSettingsError("jsonl", "durability", str(exc)) from None
+    register(factory)

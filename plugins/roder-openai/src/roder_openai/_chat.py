@@ -224,6 +224,9 @@ class OpenAIChatEngine(HttpEngine):
         max_output = self.settings.max_output_tokens_for(model)
         if max_output:
             body["max_tokens"] = max_output
+        temperature = self.settings.temperature_for(model)
+        if temperature is not None:
+            body["temperature"] = temperature
         if request.tools:
             body["tools"] = [
                 {

@@ -166,21 +166,28 @@ def check_fits(model: str, window: int | None, characters: int) -> None:
     )
 
 
-def failure_for_exception(error: httpx.HTTPError, *, streaming: bool) -> ProviderFailure:
-    """Return the failure for a transport error; ``streaming``: after the response began."""
+def failure_for_exception(
+    error: httpx.HTTPError, *, streaming: bool, where: str = ""
+) -> ProviderFailure:
+    """Return the failure for a transport error; ``streaming``: after the response began.
+
+    ``where`` (``engine 'ollama' at http://127.0.0.1:11434/v1``) leads the message, so that
+    a person knows which server to look at.
+    """
     name = type(error).__name__
+    lead = f"{where}: " if where else ""
     if isinstance(error, httpx.TimeoutException):
-        return ProviderFailure(ProviderFailureKind.TIMEOUT, f"the request timed out ({name})")
+        return ProviderFailure(ProviderFailureKind.TIMEOUT, f"{lead}the request timed out ({name})")
     if streaming:
         return ProviderFailure(
             ProviderFailureKind.STREAM_INTERRUPTED,
-            f"the response stream was cut before it completed ({name})",
+            f"{lead}the response stream was cut before it completed ({name})",
         )
     if isinstance(error, (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError)):
         return ProviderFailure(
-            ProviderFailureKind.NETWORK, f"could not reach the server ({name}: {error})"
+            ProviderFailureKind.NETWORK, f"{lead}could not reach the server ({name}: {error})"
         )
-    return ProviderFailure(ProviderFailureKind.OTHER, f"HTTP client error ({name}: {error})")
+    return ProviderFailure(ProviderFailureKind.OTHER, f"{lead}HTTP client error ({name}: {error})")
 
 
 class StreamState(Protocol):
@@ -218,8 +225,14 @@ class HttpEngine(InferenceEngine):
         if id is not None:
             self.id = id
         self.settings = settings if settings is not None else EngineSettings()
+        self.default_model = self.settings.model
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
+
+    @property
+    def where(self) -> str:
+        """Return which engine talks to which server (``engine 'ollama' at http://...``)."""
+        return f"engine {self.id!r} at {self.settings.base_url}"
 
     def __repr__(self) -> str:
         # The key is never an attribute, so nothing here can print it.
@@ -272,7 +285,7 @@ class HttpEngine(InferenceEngine):
         try:
             response = await client.send(request, stream=True)
         except httpx.HTTPError as error:
-            raise failure_for_exception(error, streaming=False) from None
+            raise failure_for_exception(error, streaming=False, where=self.where) from None
         try:
             if response.status_code >= 300:
                 try:
@@ -330,7 +343,7 @@ class HttpEngine(InferenceEngine):
                     for event in produced:
                         yield event
             except httpx.HTTPError as error:
-                raise failure_for_exception(error, streaming=True) from None
+                raise failure_for_exception(error, streaming=True, where=self.where) from None
         if not state.finished:
             raise ProviderFailure(
                 ProviderFailureKind.STREAM_INTERRUPTED,
@@ -356,7 +369,7 @@ class HttpEngine(InferenceEngine):
                 headers=headers,
             )
         except httpx.HTTPError as error:
-            raise failure_for_exception(error, streaming=False) from None
+            raise failure_for_exception(error, streaming=False, where=self.where) from None
         if response.status_code >= 300:
             raise failure_for_status(
                 response.status_code, response.headers, response.content[:MAX_ERROR_BODY], key

@@ -375,6 +375,9 @@ class OpenAIResponsesEngine(HttpEngine):
         max_output = settings.max_output_tokens_for(model)
         if max_output:
             body["max_output_tokens"] = max_output
+        temperature = settings.temperature_for(model)
+        if temperature is not None:
+            body["temperature"] = temperature
         threshold = self.compact_threshold_for(model)
         if threshold:
             body["context_management"] = [{"type": "compaction", "compact_threshold": threshold}]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from roder_api.errors import RoderError
+from roder_api.errors import PluginSettingsError
 from roder_api.inference import ModelDescriptor
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -30,12 +31,36 @@ KNOWN_KEYS = frozenset(
         "reasoning_summary",
         "prompt_cache_key",
         "compact_threshold",
+        "temperature",
+        "max_output_tokens",
     }
 )
 
 
-class OpenAISettingsError(RoderError, ValueError):
-    """Raised when an ``[engines.<id>]`` table has an unknown key or a bad value."""
+DEFAULT_MODELS = {"openai": "gpt-5-mini", "openai-chat": "gpt-5-mini"}
+"""The model each engine type uses when nothing chooses one, against OpenAI's own API.
+
+An engine pointed at another server has no fixed default: it uses the table's ``model``,
+else the first of its ``models`` (else a model must be chosen).
+"""
+
+ENGINE_TYPES = ("openai", "openai-chat")
+"""The values of ``type`` in an ``[engines.<id>]`` table that make an engine of this plugin."""
+
+_WHERE = re.compile(r"\[engines\.([^\]]+)\](?: (\w+))?")
+
+
+class OpenAISettingsError(PluginSettingsError):
+    """Raised when an ``[engines.<id>]`` table has an unknown key or a bad value.
+
+    The message starts with the table (``[engines.<id>]``); ``settings_id`` is the engine
+    id and ``setting`` the key, so that the runtime can say where the key was written.
+    """
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        found = _WHERE.match(message)
+        settings_id = found.group(1) if found else ""
+        super().__init__(settings_id, setting or (found.group(2) if found else None), message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +84,9 @@ class EngineSettings:
     reasoning_summary: str | None = "auto"
     prompt_cache_key: bool = True
     compact_threshold: int | str | None = None
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    model_temperatures: tuple[tuple[str, float], ...] = ()
 
     @classmethod
     def from_table(cls, engine_id: str, table: Mapping[str, Any] | None) -> EngineSettings:
@@ -68,10 +96,17 @@ class EngineSettings:
         """
         table = dict(table or {})
         where = f"[engines.{engine_id}]"
+        engine_type = table.pop("type", None)
+        if engine_type is not None and engine_type not in ENGINE_TYPES:
+            raise OpenAISettingsError(
+                f"{where} type: expected one of {', '.join(ENGINE_TYPES)}, got {engine_type!r}"
+            )
         unknown = sorted(set(table) - KNOWN_KEYS)
         if unknown:
             raise OpenAISettingsError(
-                f"{where}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(KNOWN_KEYS))}"
+                f"{where}: unknown key {unknown[0]!r}; known keys: "
+                f"{', '.join(sorted(KNOWN_KEYS | {'type'}))}",
+                setting=unknown[0],
             )
         base_url = _string(table, "base_url", where) or OPENAI_BASE_URL
         base_url = base_url.rstrip("/")
@@ -86,11 +121,17 @@ class EngineSettings:
             # Never send the default key to a base URL the user pointed elsewhere.
             api_key_env = DEFAULT_API_KEY_ENV if base_url == OPENAI_BASE_URL else None
         context_window = _positive_int(table, "context_window", where)
+        models = _models(table.get("models"), context_window, where)
+        model = _string(table, "model", where)
+        if model is None and models:
+            model = models[0].id
+        if model is None and base_url == OPENAI_BASE_URL:
+            model = DEFAULT_MODELS.get(engine_type or engine_id)
         return cls(
             base_url=base_url,
             api_key_env=api_key_env,
-            model=_string(table, "model", where),
-            models=_models(table.get("models"), context_window, where),
+            model=model,
+            models=models,
             context_window=context_window,
             timeout=_seconds(table, "timeout", where, 600.0),
             connect_timeout=_seconds(table, "connect_timeout", where, 10.0),
@@ -103,6 +144,9 @@ class EngineSettings:
             ),
             prompt_cache_key=bool(table.get("prompt_cache_key", True)),
             compact_threshold=_threshold(table.get("compact_threshold"), where),
+            temperature=_temperature(table, where),
+            max_output_tokens=_positive_int(table, "max_output_tokens", where),
+            model_temperatures=_model_temperatures(table.get("models"), where),
         )
 
     def model_descriptor(self, model: str) -> ModelDescriptor | None:
@@ -115,9 +159,14 @@ class EngineSettings:
         return (descriptor.context_window if descriptor else None) or self.context_window
 
     def max_output_tokens_for(self, model: str) -> int | None:
-        """Return the model's ``max_output_tokens`` (None: the server's default applies)."""
+        """Return the model's ``max_output_tokens``, else the table's (None: the server's)."""
         descriptor = self.model_descriptor(model)
-        return descriptor.max_output_tokens if descriptor else None
+        per_model = descriptor.max_output_tokens if descriptor else None
+        return per_model or self.max_output_tokens
+
+    def temperature_for(self, model: str) -> float | None:
+        """Return the model's ``temperature``, else the table's (None: the server's)."""
+        return dict(self.model_temperatures).get(model, self.temperature)
 
     def api_key(self) -> str | None:
         """Return the key from ``api_key_env`` (None when no key is to be sent).
@@ -204,3 +253,27 @@ def _models(value: Any, context_window: int | None, where: str) -> tuple[ModelDe
             )
         return tuple(found)
     raise OpenAISettingsError(f"{where} models: expected a list of ids or a table of models")
+
+
+def _temperature(table: Mapping[str, Any], where: str) -> float | None:
+    value = table.get("temperature")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 2:
+        raise OpenAISettingsError(
+            f"{where} temperature: expected a number from 0 to 2, got {value!r}"
+        )
+    return float(value)
+
+
+def _model_temperatures(value: Any, where: str) -> tuple[tuple[str, float], ...]:
+    """Return ``(model id, temperature)`` for each ``models.<id>`` that sets one."""
+    if not isinstance(value, Mapping):
+        return ()
+    found = []
+    for model_id, spec in value.items():
+        if isinstance(spec, Mapping):
+            temperature = _temperature(spec, f"{where} models.{model_id}")
+            if temperature is not None:
+                found.append((str(model_id), temperature))
+    return tuple(found)

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from roder_api import hookimpl
+from roder_api.errors import PluginSettingsError, check_settings
 from roder_api.threads import ThreadStoreFactory
 from roder_postgres_thread_store._store import PostgresThreadStoreFactory
 
@@ -29,9 +30,12 @@ def register_thread_store_factories(
     ``read_only`` / ``must_exist`` (booleans; see :class:`PostgresThreadStoreFactory`).
     """
     table = settings.get("postgres", {})
+    check_settings(
+        "postgres", table, ("dsn", "schema", "min_size", "max_size", "connect_timeout_s")
+    )
     dsn = table.get("dsn")
-    register(
-        PostgresThreadStoreFactory(
+    try:
+        factory = PostgresThreadStoreFactory(
             str(dsn) if dsn else None,
             schema=str(table.get("schema", "roder")),
             min_size=int(table.get("min_size", 1)),
@@ -40,4 +44,6 @@ def register_thread_store_factories(
             read_only=_flag(table.get("read_only", False)),
             must_exist=_flag(table.get("must_exist", False)),
         )
-    )
+    except (TypeError, ValueError) as exc:
+        raise PluginSettingsError("postgres", None, f"[thread_store]: {exc}") from None
+    register(factory)

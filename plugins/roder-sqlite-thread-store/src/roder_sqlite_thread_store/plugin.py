@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from roder_api import hookimpl
+from roder_api.errors import PluginSettingsError, check_settings
 from roder_api.threads import ThreadStoreFactory
 from roder_sqlite_thread_store._store import SqliteThreadStoreFactory
 
@@ -37,13 +38,16 @@ def register_thread_store_factories(
     :class:`SqliteThreadStoreFactory`).
     """
     table = settings.get("sqlite", {})
+    check_settings("sqlite", table, ("path", "durability", "busy_timeout_s"))
     path = table.get("path")
-    register(
-        SqliteThreadStoreFactory(
+    try:
+        factory = SqliteThreadStoreFactory(
             Path(str(path)).expanduser() if path else default_path(),
             durability=str(table.get("durability", "fsync")),
             busy_timeout_s=float(table.get("busy_timeout_s", 30.0)),
             read_only=_flag(table.get("read_only", False)),
             must_exist=_flag(table.get("must_exist", False)),
         )
-    )
+    except (TypeError, ValueError) as exc:
+        raise PluginSettingsError("sqlite", None, f"[thread_store]: {exc}") from None
+    register(factory)
