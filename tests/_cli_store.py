@@ -141,3 +141,27 @@ def roder_on_terminal(
             process.wait()
     shown = terminal.decode(errors="replace") + (stderr or b"").decode(errors="replace")
     return process.returncode, stdout.decode(), shown
+
+
+def chat_turns(env: dict[str, str], *texts: str, args: Sequence[str] = ()) -> str:
+    """Run ``roder chat`` once per text (piped stdin is one prompt) on one new thread.
+
+    The first run creates the thread (its id is on stderr); the others continue it. Return
+    the thread id.
+    """
+    thread_id: str | None = None
+    for text in texts:
+        extra = ["--thread", thread_id] if thread_id is not None else list(args)
+        done = subprocess.run(
+            [*roder_command(), "chat", *extra],
+            input=text,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        if thread_id is None:
+            thread_id = done.stderr.split("thread: ", 1)[1].split()[0]
+    assert thread_id is not None
+    return thread_id

@@ -139,13 +139,17 @@ def run(
 
 
 class Terminal:
-    """The installed ``roder`` on a pseudo-terminal (stdin, stdout and stderr), typed at."""
+    """``roder`` on a pseudo-terminal (stdin, stdout and stderr), typed at.
 
-    def __init__(self, installed: Installed, *args: str, env: dict[str, str]) -> None:
+    ``roder`` is the installed one, or a command (``[python, "-m", "roder_runtime"]``).
+    """
+
+    def __init__(self, roder: Installed | Sequence[str], *args: str, env: dict[str, str]) -> None:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+        command = [str(roder.roder)] if isinstance(roder, Installed) else list(roder)
         self.process = subprocess.Popen(
-            [str(installed.roder), *args],
+            [*command, *args],
             stdin=slave,
             stdout=slave,
             stderr=slave,

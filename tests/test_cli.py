@@ -65,14 +65,13 @@ def test_a_plugin_that_fails_to_import_is_reported_and_others_load(
 def test_chat_is_durable_across_processes(cli_env: dict[str, str]) -> None:
     first = roder("chat", env=cli_env, stdin="hello there\n")
     assert "using the 'scripted' engine" in first.stderr
-    lines = first.stdout.splitlines()
-    assert lines[0].startswith("thread: ")
-    thread_id = lines[0].split()[1]
-    assert "You said: hello there" in first.stdout
-    second = roder("chat", "--thread", thread_id, env=cli_env, stdin="one\ntwo\n")
-    assert f"thread: {thread_id} (resumed, 2 earlier messages)" in second.stdout
-    assert "you> hello there" in second.stdout
-    assert "You said: one" in second.stdout and "You said: two" in second.stdout
+    # The reply alone on stdout; the thread id (and every note) on stderr.
+    assert first.stdout == "You said: hello there\n"
+    thread_id = first.stderr.split("thread: ", 1)[1].split()[0]
+    second = roder("chat", "--thread", thread_id[:8], env=cli_env, stdin="one\n")
+    assert f"thread: {thread_id}" in second.stderr and second.stdout == "You said: one\n"
+    third = roder("prompt", "-c", "two", env=cli_env)
+    assert third.stdout == "You said: two\n"
     shown = json.loads(roder("threads", "show", thread_id, "--json", env=cli_env).stdout)
     texts = [i["text"] for t in shown["turns"] for i in t["items"]]
     assert texts == [
@@ -124,6 +123,6 @@ def test_config_selects_store_path(cli_env: dict[str, str], tmp_path: Path) -> N
             """
         )
     )
-    out = roder("chat", env=cli_env, stdin="hi\n").stdout
-    thread_id = out.splitlines()[0].split()[1]
+    out = roder("chat", env=cli_env, stdin="hi\n").stderr
+    thread_id = out.split("thread: ", 1)[1].split()[0]
     assert list((store / "threads").glob(f"{thread_id}*"))

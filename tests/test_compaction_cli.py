@@ -14,6 +14,7 @@ from roder_api.testing import ScriptedEngine
 from roder_api.transcript import AssistantMessage, ProviderMetadata, UserMessage
 from roder_runtime._cli._compact import run_compact
 
+from ._cli_store import chat_turns
 from .conftest import make_runtime, roder_command
 
 
@@ -29,9 +30,7 @@ def roder(*args: str, env: dict[str, str], stdin: str = "") -> subprocess.Comple
 
 
 def test_roder_compact_commits_and_reports(cli_env: dict[str, str]) -> None:
-    chat = roder("chat", env=cli_env, stdin="build a parser\nfor JSON\n")
-    assert chat.returncode == 0, chat.stderr
-    thread_id = chat.stdout.split("thread: ", 1)[1].split()[0]
+    thread_id = chat_turns(cli_env, "build a parser", "for JSON")
 
     human = roder("compact", thread_id, env=cli_env)
     assert human.returncode == 0, human.stderr

@@ -57,7 +57,7 @@ def test_echo_plugin_installs_into_a_fresh_environment(
     )
     assert chat.returncode == 0, chat.stderr
     assert "echo: hello plugin" in chat.stdout
-    assert chat.stdout.startswith("thread: ")
+    assert chat.stderr.startswith("thread: ")
     # The plugin's import does not leak into this interpreter's environment.
     assert "roder_echo_engine" not in sys.modules
     assert os.path.exists(env_dir / "bin" / "roder")

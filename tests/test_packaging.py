@@ -18,7 +18,8 @@ else:  # pragma: no cover - Python 3.10
 
 from .installed_roder import REPO, Installed, clean_env, run, wheel_files
 
-pytestmark = pytest.mark.slow
+# The first test builds the venv of the session (slow on a busy machine).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def distributions() -> list[Path]:

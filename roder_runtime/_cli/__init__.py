@@ -8,11 +8,15 @@ a ``register(subparsers)`` function that adds its parser and sets ``handler``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Sequence
 
 import anyio
+
+if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
+    from exceptiongroup import BaseExceptionGroup
 
 from roder_api.errors import RoderError
 from roder_runtime import __version__
@@ -22,20 +26,40 @@ from roder_runtime._cli import (
     _config_cmd,
     _fsck,
     _migrate,
+    _models,
     _plugins,
     _replay,
     _threads,
 )
-from roder_runtime._cli._common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CommandError
+from roder_runtime._cli._common import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+)
 
-COMMAND_MODULES = (_chat, _threads, _replay, _compact, _migrate, _fsck, _plugins, _config_cmd)
+COMMAND_MODULES = (
+    _chat,
+    _threads,
+    _replay,
+    _compact,
+    _migrate,
+    _fsck,
+    _models,
+    _plugins,
+    _config_cmd,
+)
 """The modules whose ``register`` adds a command (in ``roder --help`` order)."""
 
 
 EPILOG = """\
 examples:
   roder chat                                  chat on a new durable thread
-  roder chat --thread ID                      continue a thread
+  roder chat --thread ID                      continue a thread (a unique id prefix will do)
+  roder chat -c                               continue the latest thread
+  roder prompt "text"                         one prompt, the reply on stdout
+  roder models                                the models of every engine
   roder threads list --updated-after 7d       find recent threads
   roder threads show ID                       read a transcript
   roder replay ID                             what the next model call receives
@@ -85,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("roder: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except CommandError as exc:
+        if args.debug:
+            traceback.print_exc()
         print(f"roder: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except RoderError as exc:
@@ -93,12 +119,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"roder: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except BrokenPipeError:
-        return EXIT_FAILURE
+        return _reader_left()
     except Exception as exc:  # noqa: BLE001 - one clear line instead of a traceback
+        if _only_broken_pipes(exc):
+            return _reader_left()
         if args.debug:
             traceback.print_exc()
         print(f"roder: error: {_describe(exc)}", file=sys.stderr)
         return EXIT_FAILURE
+
+
+def _only_broken_pipes(exc: BaseException) -> bool:
+    """Return True for a ``BrokenPipeError``, or a group (from a task group) of only those."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_broken_pipes(inner) for inner in exc.exceptions)
+    return isinstance(exc, BrokenPipeError)
+
+
+def _reader_left() -> int:
+    """Exit 0 when the reader of stdout went away (``roder threads show ID | head -1``).
+
+    Standard output is pointed at /dev/null so that the interpreter's last flush at exit
+    does not fail on the closed pipe again.
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return EXIT_OK
 
 
 def _describe(exc: BaseException) -> str:
@@ -111,4 +161,9 @@ def _describe(exc: BaseException) -> str:
 
 def run() -> None:
     """Console-script entry point."""
-    sys.exit(main())
+    code = main()
+    try:
+        sys.stdout.flush()  # what is still buffered, while a broken pipe can be handled
+    except BrokenPipeError:
+        code = _reader_left()
+    sys.exit(code)

@@ -1,218 +1,322 @@
-"""``roder chat``: a durable chat on the configured store (the main job)."""
+"""``roder chat`` and ``roder prompt``: durable chats on the configured store (the main job).
+
+On a terminal ``roder chat`` is a conversation with line editing, history and ``/``
+commands. Anywhere else (a pipe, a file) stdin is read whole and sent as one prompt, like
+``roder prompt``. A thread is created only when there is something to send.
+"""
 
 from __future__ import annotations
 
 import argparse
-import signal
+import contextlib
 import sys
-import threading
+from collections.abc import Sequence
 from typing import Any
 
-import anyio
-import anyio.from_thread
-import anyio.lowlevel
-from anyio.lowlevel import EventLoopToken
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-
-from roder_api.errors import InputTooLargeError, RoderError
-from roder_api.events import (
-    AssistantContentDelta,
-    ContentPhase,
-    ErrorEvent,
-    TurnAborted,
-    TurnComplete,
-    WarningEvent,
-)
+from roder_api.errors import InputTooLargeError, ThreadBusyError, ThreadNotFoundError
 from roder_api.transcript import AssistantMessage, UserMessage
-from roder_runtime._cli._common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, open_runtime
-from roder_runtime._runtime import DEFAULT_ENGINE
-from roder_runtime._session import Interrupt, Session, UserInput
-from roder_runtime._turns import new_id
+from roder_runtime._cli._chat_input import LineEditor, clean_argument, read_stdin
+from roder_runtime._cli._chat_turn import TurnOutcome, note, run_turn
+from roder_runtime._cli._common import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    CommandError,
+    add_command,
+    on_terminal,
+    open_runtime,
+)
+from roder_runtime._cli._compact import run_compact
+from roder_runtime._cli._ids import latest_thread_id, resolve_thread_id
+from roder_runtime._config import roder_home
+from roder_runtime._runtime import DEFAULT_ENGINE, Runtime
+from roder_runtime._session import Session
 
 HISTORY_SHOWN = 10
+"""How many earlier messages a resumed chat shows."""
+
+PROMPT = "you> "
+
+HELP = """\
+commands (anything else is sent to the model; start a line with // to send a leading /):
+  /help             this list
+  /exit             end the chat (also /quit, exit, quit, Ctrl-D; Ctrl-C at the prompt)
+  /new              start a new thread with the next message
+  /thread [ID]      show the thread's id, or continue thread ID (a unique prefix will do)
+  /model [MODEL]    show the engine and model, or use MODEL from the next message on
+  /compact          compact the thread now (what the next model call replays shrinks)
+Ctrl-C while a reply streams stops it (the text so far is kept)."""
+
+
+def _add_chat_options(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--thread", metavar="ID", help="continue this thread (a unique id prefix will do)"
+    )
+    which.add_argument(
+        "-c",
+        "--continue",
+        dest="continue_",
+        action="store_true",
+        help="continue the most recently updated thread",
+    )
+    parser.add_argument("--engine", metavar="ID", help="engine id (default: default_engine)")
+    parser.add_argument("--model", metavar="MODEL", help="model id (default: the engine's)")
+    parser.add_argument(
+        "--system", metavar="TEXT", help="instructions for the model (default: instructions)"
+    )
+    parser.add_argument("--title", help="title of a new thread")
 
 
 def register(subparsers: Any) -> None:
-    """Add the ``chat`` command."""
-    parser = subparsers.add_parser(
+    """Add the ``chat`` and ``prompt`` commands."""
+    chat = add_command(
+        subparsers,
         "chat",
         help="chat on a durable thread",
         description=(
-            "Chat with a model on a durable thread. Reads one message per line from stdin; "
-            "replies stream as they arrive and every event is persisted before it is shown. "
-            "Ctrl-C stops the running turn (its text so far is kept); Ctrl-C at the prompt "
-            "ends the chat. With no engine configured the scripted engine answers."
+            "Chat with a model on a durable thread; every event is persisted before it is "
+            "shown. On a terminal: line editing, history and /commands (/help lists them); "
+            "Ctrl-C stops the running reply (its text so far is kept), Ctrl-C or Ctrl-D at "
+            "the prompt ends the chat. Piped stdin is sent whole, as one prompt. Replies go "
+            "to stdout, everything else (the thread id, notes, errors) to stderr. With no "
+            "engine configured the scripted engine answers."
         ),
-        epilog=(
-            "examples:\n  roder chat\n  roder chat --thread 3f2a... \n"
-            "  printf 'hi\\n' | roder chat\n  roder chat --engine openai --model gpt-5-mini"
+        examples=(
+            "roder chat",
+            "roder chat -c                          continue the latest thread",
+            "roder chat --thread 3f2a               continue a thread (unique id prefix)",
+            "roder chat --engine openai --model gpt-5-mini",
+            "cat notes.txt | roder chat             the whole file as one prompt",
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--thread", metavar="ID", help="continue (or create) this thread")
-    parser.add_argument("--engine", metavar="ID", help="engine id (default: default_engine)")
-    parser.add_argument("--model", metavar="MODEL", help="model id (default: default_model)")
-    parser.add_argument("--title", help="title of a new thread")
-    parser.set_defaults(handler=chat_command)
+    _add_chat_options(chat)
+    chat.set_defaults(handler=chat_command)
+    prompt = add_command(
+        subparsers,
+        "prompt",
+        help="send one prompt and print the reply",
+        description=(
+            "Send one prompt on a new thread (or --thread / -c) and print the reply on "
+            "stdout. With no TEXT, or TEXT '-', the prompt is read from stdin."
+        ),
+        examples=(
+            'roder prompt "Name three prime numbers"',
+            'roder prompt -c "and three more"       continue the latest thread',
+            "git diff | roder prompt --system 'Review this diff'",
+        ),
+    )
+    prompt.add_argument("text", nargs="*", metavar="TEXT", help="the prompt (words are joined)")
+    _add_chat_options(prompt)
+    prompt.set_defaults(handler=prompt_command)
 
 
-def _write(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
-
-
-def _note(text: str) -> None:
-    sys.stderr.write(text)
-    sys.stderr.flush()
-
-
-def _read_lines(send: MemoryObjectSendStream[str], token: EventLoopToken) -> None:
-    """Forward stdin lines to the event loop (a daemon thread: a blocked read never holds
-    the program open)."""
-    try:
-        for line in sys.stdin:
-            anyio.from_thread.run(send.send, line, token=token)
-        anyio.from_thread.run(send.aclose, token=token)
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError, RuntimeError):
-        return  # the chat ended first
-
-
-async def chat_command(args: argparse.Namespace) -> int:
-    """Run the chat loop until end of input (or Ctrl-C at the prompt)."""
-    async with open_runtime(args) as runtime:
-        engine_id = args.engine or runtime.config.default_engine
-        if engine_id is None:
-            print(
-                "roder: no engine configured (default_engine in config.toml); "
-                f"using the {DEFAULT_ENGINE!r} engine",
-                file=sys.stderr,
-            )
-        engine = runtime.engine(engine_id)
-        thread_id = args.thread
-        if thread_id is None:
-            thread_id = (await runtime.create_thread(title=args.title)).thread_id
-            _write(f"thread: {thread_id}\n")
-        else:
-            snapshot = await runtime.load_thread(thread_id)
-            if snapshot is None:
-                await runtime.create_thread(thread_id, title=args.title)
-                _write(f"thread: {thread_id}\n")
-            else:
-                items = [
-                    i for i in snapshot.items if isinstance(i, (UserMessage, AssistantMessage))
-                ]
-                _write(f"thread: {thread_id} (resumed, {len(items)} earlier messages)\n")
-                if len(items) > HISTORY_SHOWN:
-                    _write(f"  ... {len(items) - HISTORY_SHOWN} earlier messages\n")
-                for item in items[-HISTORY_SHOWN:]:
-                    who = "you" if isinstance(item, UserMessage) else "assistant"
-                    _write(f"  {who}> {item.text}\n")
-        async with runtime.start_session(
-            thread_id, engine=engine.id, model=args.model, owner="roder chat"
-        ) as session:
-            return await _Chat(session, interactive=sys.stdin.isatty()).run()
+async def _start_thread(runtime: Runtime, args: argparse.Namespace) -> str | None:
+    """Return the thread to continue (``--thread`` or ``-c``), or None for a new one."""
+    if args.thread is not None:
+        return await resolve_thread_id(runtime, args.thread)
+    if args.continue_:
+        latest = await latest_thread_id(runtime)
+        if latest is None:
+            note("roder: no thread to continue yet; starting a new one")
+        return latest
+    return None
 
 
 class _Chat:
-    """One chat on a session: a reader of stdin, a printer of events, Ctrl-C handling."""
+    """A chat's state: the runtime, the engine and model, the thread and its session."""
 
-    def __init__(self, session: Session, *, interactive: bool) -> None:
-        self.session = session
-        self.interactive = interactive
-        self.turn_id: str | None = None
-        self.turn_done = anyio.Event()
-        self.failed = False
-        self.exit_code: int | None = None
-        self.shown_reasoning = False
+    def __init__(self, runtime: Runtime, args: argparse.Namespace) -> None:
+        self.runtime = runtime
+        if args.system is not None:
+            runtime.config.instructions = clean_argument(args.system, "--system")
+        engine_id = args.engine or runtime.config.default_engine
+        if engine_id is None:
+            note(
+                "roder: no engine configured (default_engine in config.toml); "
+                f"using the {DEFAULT_ENGINE!r} engine"
+            )
+        self.engine = runtime.engine(engine_id)
+        self.model: str | None = args.model
+        self.title: str | None = args.title
+        self.thread_id: str | None = None
+        self.session: Session | None = None
+        self.owner = f"roder {args.command}"  # named to whoever finds the thread in use
 
-    async def run(self) -> int:
-        send, receive = anyio.create_memory_object_stream[str](1)
-        reader = threading.Thread(
-            target=_read_lines,
-            args=(send, anyio.lowlevel.current_token()),
-            name="roder-chat-stdin",
-            daemon=True,
-        )
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(self._print_events, tasks.cancel_scope)
-            tasks.start_soon(self._watch_sigint, tasks.cancel_scope)
-            reader.start()
-            async with receive:
-                await self._converse(receive)
-            tasks.cancel_scope.cancel()
-        if self.exit_code is not None:
-            return self.exit_code
-        return EXIT_FAILURE if self.failed else EXIT_OK
+    @property
+    def model_label(self) -> str:
+        return self.model or self.runtime.default_model(self.engine)
 
-    async def _converse(self, lines: MemoryObjectReceiveStream[str]) -> None:
-        while True:
-            if self.interactive:
-                _write("you> ")
-            try:
-                line = await lines.receive()
-            except anyio.EndOfStream:
-                return
-            text = line.rstrip("\n")
-            if not text.strip():
-                continue
-            self.turn_done = anyio.Event()
-            # The id is the chat's before submit returns: the turn may end before that.
-            self.turn_id = new_id("turn")
-            try:
-                await self.session.submit(UserInput(text), turn_id=self.turn_id)
-            except InputTooLargeError as exc:
-                _note(f"roder: {exc}\n")
-                self.failed = True
-                continue
-            await self.turn_done.wait()
-            self.turn_id = None
-            _write("\n")
+    async def open_session(self) -> Session:
+        """Return the session, creating the thread (announced on stderr) on first use."""
+        if self.session is not None:
+            return self.session
+        if self.thread_id is None:
+            meta = await self.runtime.create_thread(title=self.title)
+            self.thread_id = meta.thread_id
+            note(f"thread: {self.thread_id}")
+        try:
+            self.session = await self.runtime.start_session(
+                self.thread_id, engine=self.engine.id, model=self.model, owner=self.owner
+            )
+        except ThreadBusyError as exc:
+            who = exc.holder.describe() if exc.holder is not None else "another session"
+            raise CommandError(f"thread {exc.thread_id} is in use by {who}") from None
+        return self.session
 
-    async def _watch_sigint(self, scope: anyio.CancelScope) -> None:
-        with anyio.open_signal_receiver(signal.SIGINT) as signals:
-            async for _ in signals:
-                turn_id = self.turn_id
-                if turn_id is not None and not self.turn_done.is_set():
-                    # Ctrl-C stops the turn, not the program.
-                    await self.session.submit(Interrupt(turn_id))
-                    continue
-                # Ctrl-C at the prompt ends the chat.
-                _note("\nroder: interrupted\n")
-                self.exit_code = EXIT_INTERRUPTED
-                scope.cancel()
-                return
+    async def close_session(self) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            await session.aclose()
 
-    async def _print_events(self, scope: anyio.CancelScope) -> None:
-        while True:
-            try:
-                event = (await self.session.next_event()).event
-            except RoderError as exc:
-                # The store failed: what was shown is journaled, nothing more can be.
-                _note(f"\nroder: error: {exc}\n")
-                self.exit_code = EXIT_FAILURE
-                scope.cancel()
-                return
-            if isinstance(event, AssistantContentDelta):
-                if event.phase is ContentPhase.REASONING:
-                    self.shown_reasoning = True
-                    _note(event.delta)
-                else:
-                    if self.shown_reasoning:
-                        _note("\n")
-                        self.shown_reasoning = False
-                    _write(event.delta)
-            elif isinstance(event, ErrorEvent):
-                _note(f"\nroder: {event.message}\n")
-            elif isinstance(event, WarningEvent):
-                _note(f"\nroder: warning: {event.message}\n")
-            elif isinstance(event, (TurnComplete, TurnAborted)):
-                if event.turn_id != self.turn_id:
-                    if isinstance(event, TurnAborted) and event.reason == "process_exited":
-                        _note("roder: the last turn was cut off when its process exited\n")
-                    continue
-                if isinstance(event, TurnAborted):
-                    if event.reason == "interrupted":
-                        _note("\nroder: turn interrupted")
-                    else:
-                        self.failed = True
-                self.turn_done.set()
+    async def send(self, text: str) -> TurnOutcome:
+        session = await self.open_session()
+        try:
+            return await run_turn(session, text)
+        except InputTooLargeError as exc:
+            note(f"roder: {exc}")
+            return TurnOutcome.FAILED
+
+    async def show_resumed(self, thread_id: str) -> None:
+        snapshot = await self.runtime.load_thread(thread_id)
+        if snapshot is None:
+            return
+        items = [i for i in snapshot.items if isinstance(i, (UserMessage, AssistantMessage))]
+        note(f"thread: {thread_id} (resumed, {len(items)} earlier messages)")
+        if len(items) > HISTORY_SHOWN:
+            note(f"  ... {len(items) - HISTORY_SHOWN} earlier messages")
+        for item in items[-HISTORY_SHOWN:]:
+            who = "you" if isinstance(item, UserMessage) else "assistant"
+            note(f"  {who}> {item.text}")
+
+
+async def chat_command(args: argparse.Namespace) -> int:
+    """Chat on a terminal, or send piped stdin as one prompt."""
+    if not on_terminal():
+        return await _one_prompt(args, await read_stdin())
+    async with open_runtime(args) as runtime:
+        chat = _Chat(runtime, args)
+        chat.thread_id = await _start_thread(runtime, args)
+        try:
+            if chat.thread_id is not None:
+                await chat.open_session()  # a busy thread is refused before anything is typed
+                await chat.show_resumed(chat.thread_id)
+            return await _converse(chat, LineEditor(roder_home()))
+        finally:
+            await chat.close_session()
+
+
+async def prompt_command(args: argparse.Namespace) -> int:
+    """Send one prompt (the arguments, or stdin) and print the reply."""
+    words: Sequence[str] = args.text
+    if not words or list(words) == ["-"]:
+        text = await read_stdin() if not on_terminal() else ""
+        if not text.strip() and on_terminal():
+            raise CommandError("no prompt: give TEXT, or pipe it to stdin", 2)
+    else:
+        text = clean_argument(" ".join(words))
+    return await _one_prompt(args, text)
+
+
+async def _one_prompt(args: argparse.Namespace, text: str) -> int:
+    if not text.strip():
+        note("roder: nothing to send (the input is empty); no thread was created")
+        return EXIT_OK
+    text = text.rstrip()  # the newline that ends a file or an echo is not part of the prompt
+    async with open_runtime(args) as runtime:
+        chat = _Chat(runtime, args)
+        chat.thread_id = await _start_thread(runtime, args)
+        if chat.thread_id is not None:
+            note(f"thread: {chat.thread_id}")
+        try:
+            outcome = await chat.send(text)
+        finally:
+            await chat.close_session()
+    if outcome is TurnOutcome.INTERRUPTED:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if outcome is TurnOutcome.COMPLETED else EXIT_FAILURE
+
+
+async def _converse(chat: _Chat, editor: LineEditor) -> int:
+    """Read lines until /exit or the end of input; return the exit code."""
+    failed = False
+    while True:
+        try:
+            line = await editor.read(PROMPT)
+        except KeyboardInterrupt:
+            note("roder: interrupted")
+            return EXIT_INTERRUPTED
+        if line is None:
+            return EXIT_FAILURE if failed else EXIT_OK
+        text = line.strip()
+        if not text:
+            continue
+        if text in ("exit", "quit"):
+            return EXIT_FAILURE if failed else EXIT_OK
+        if text.startswith("/") and not text.startswith("//"):
+            if await _command(chat, text):
+                return EXIT_FAILURE if failed else EXIT_OK
+            continue
+        if text.startswith("//"):
+            line = line.lstrip()[1:]
+        if await chat.send(line) is TurnOutcome.FAILED:
+            failed = True
+
+
+async def _command(chat: _Chat, text: str) -> bool:
+    """Run a ``/`` command; return True when the chat should end."""
+    name, _, rest = text.partition(" ")
+    rest = rest.strip()
+    if name in ("/exit", "/quit"):
+        return True
+    if name == "/help":
+        note(HELP)
+    elif name == "/new":
+        await chat.close_session()
+        chat.thread_id = None
+        note("roder: the next message starts a new thread")
+    elif name == "/thread":
+        if not rest:
+            note(f"thread: {chat.thread_id}" if chat.thread_id else "roder: no thread yet")
+            return False
+        try:
+            thread_id = await resolve_thread_id(chat.runtime, rest)
+        except (CommandError, ThreadNotFoundError) as exc:
+            note(f"roder: {exc}")
+            return False
+        previous = chat.thread_id
+        await chat.close_session()
+        chat.thread_id = thread_id
+        try:
+            await chat.open_session()
+        except CommandError as exc:
+            note(f"roder: {exc}")
+            chat.thread_id = previous
+            return False
+        await chat.show_resumed(thread_id)
+    elif name == "/model":
+        if rest:
+            await chat.close_session()
+            chat.model = rest
+        note(f"engine: {chat.engine.id}, model: {chat.model_label}")
+    elif name == "/compact":
+        await _compact(chat)
+    else:
+        note(f"roder: unknown command {name}; /help lists the commands")
+    return False
+
+
+async def _compact(chat: _Chat) -> None:
+    if chat.thread_id is None:
+        note("roder: nothing to compact yet")
+        return
+    await chat.close_session()
+    args = argparse.Namespace(
+        thread_id=chat.thread_id, engine=chat.engine.id, model=chat.model, json=False
+    )
+    # What /compact reports is not a reply: it goes to stderr with the other notes.
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            await run_compact(chat.runtime, args)
+        except CommandError as exc:
+            note(f"roder: {exc}")

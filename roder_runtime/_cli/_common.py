@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import anyio.to_thread
 import orjson
 
+from roder_api.extension import NOT_INSTALLED, PluginInfo
 from roder_runtime._runtime import Runtime
 
 T = TypeVar("T")
@@ -41,7 +42,15 @@ async def open_runtime(args: argparse.Namespace) -> AsyncIterator[Runtime]:
     The configuration is read and the plugins imported in a worker thread.
     """
     async with await Runtime.open(args.config) as runtime:
+        warn_unknown_plugins(runtime.registry.plugins)
         yield runtime
+
+
+def warn_unknown_plugins(infos: Iterable[PluginInfo]) -> None:
+    """Warn on stderr about each name in ``RODER_PLUGINS`` that no installed plugin has."""
+    for info in infos:
+        if info.error is not None and info.error.startswith(NOT_INSTALLED):
+            print(f"roder: warning: plugin {info.name!r}: {info.error}", file=sys.stderr)
 
 
 def print_json(data: Any) -> None:
@@ -73,8 +82,9 @@ def count(number: int, noun: str) -> str:
 
 
 def format_ms(ms: int) -> str:
-    """Return a UTC timestamp for milliseconds since the epoch."""
-    return _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    """Return a labelled UTC time for epoch milliseconds (``2026-01-31 12:00:00 UTC``)."""
+    moment = _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def iso_ms(ms: int) -> str:
@@ -209,4 +219,11 @@ async def write_text_file(path: str | os.PathLike[str], text: str) -> None:
                 pass
             raise
 
-    await anyio.to_thread.run_sync(write)
+    try:
+        await anyio.to_thread.run_sync(write)
+    except OSError as exc:
+        # Name the path the user gave, not the temporary file beside it.
+        reason = exc.strerror or str(exc)
+        if isinstance(exc, FileNotFoundError):
+            reason = f"no such directory: {Path(path).parent}"
+        raise CommandError(f"cannot write {os.fspath(path)}: {reason}") from None

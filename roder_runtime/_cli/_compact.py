@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from roder_api.codec import to_dict
-from roder_api.errors import CompactionError, ThreadNotFoundError
+from roder_api.errors import CompactionError
 from roder_api.inference import TokenUsage
 from roder_api.transcript import ContextCompaction, native_compaction_items
 from roder_runtime._cli._common import (
@@ -19,6 +19,7 @@ from roder_runtime._cli._common import (
     open_runtime,
     print_json,
 )
+from roder_runtime._cli._ids import resolve_thread_id
 from roder_runtime._compaction import CompactionResult, usage_report
 from roder_runtime._runtime import Runtime
 from roder_runtime._turns import new_id
@@ -65,11 +66,7 @@ def _boundary_label(boundary: Any) -> str:
 
 async def run_compact(runtime: Runtime, args: argparse.Namespace) -> int:
     """Run ``roder compact`` on an open runtime; return the exit code."""
-    thread_id = args.thread_id
-    try:
-        await runtime.get_thread(thread_id)
-    except ThreadNotFoundError:
-        raise CommandError(f"thread {thread_id!r} not found; see `roder threads list`") from None
+    thread_id = args.thread_id = await resolve_thread_id(runtime, args.thread_id)
     engine = runtime.engine(args.engine)
     model = args.model or runtime.default_model(engine)
     history = await runtime.replay_history(thread_id)

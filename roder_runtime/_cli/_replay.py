@@ -9,6 +9,7 @@ from roder_api.codec import to_dict
 from roder_api.errors import RoderError
 from roder_api.transcript import is_compaction_boundary
 from roder_runtime._cli._common import EXIT_OK, add_command, add_json_flag, open_runtime, print_json
+from roder_runtime._cli._ids import resolve_thread_id
 from roder_runtime._cli._threads import describe_item
 from roder_runtime._runtime import DEFAULT_ENGINE
 
@@ -35,6 +36,7 @@ def register(subparsers: Any) -> None:
 async def replay_command(args: argparse.Namespace) -> int:
     """Print a thread's replay history."""
     async with open_runtime(args) as runtime:
+        args.thread_id = await resolve_thread_id(runtime, args.thread_id)
         meta = await runtime.get_thread(args.thread_id)
         items = await runtime.replay_history(args.thread_id)
         engine_id = runtime.config.default_engine or DEFAULT_ENGINE

@@ -137,13 +137,15 @@ def test_roder_chat_streams_a_reply_from_the_server_and_persists_it(
 ) -> None:
     root, env = home
     server.expect("/v1/messages", sse_reply(thinking_stream()), sse_reply(text_stream()))
-    chat = roder("chat", "--engine", "anthropic", env=env, stdin="A prime?\nAnd then?\n")
+    # Piped stdin is one prompt; -c continues the thread for the second.
+    chat = roder("chat", "--engine", "anthropic", env=env, stdin="A prime?\n")
     assert chat.returncode == 0, chat.stderr
-    lines = chat.stdout.splitlines()
-    assert lines[0].startswith("thread: ")
-    assert "7 is prime." in chat.stdout and "Hello from loopback." in chat.stdout
+    thread_id = chat.stderr.split("thread: ", 1)[1].split()[0]
+    assert "7 is prime." in chat.stdout
     assert "Seven will do." in chat.stderr  # reasoning goes to stderr
-    thread_id = lines[0].split()[1]
+    then = roder("chat", "--engine", "anthropic", "-c", env=env, stdin="And then?\n")
+    assert then.returncode == 0, then.stderr
+    assert "Hello from loopback." in then.stdout
     shown = roder("threads", "show", thread_id, "--json", env=env)
     assert shown.returncode == 0, shown.stderr
     items = [i for t in json.loads(shown.stdout)["turns"] for i in t["items"]]
@@ -183,7 +185,7 @@ def test_roder_compact_commits_the_boundary_and_the_next_turn_starts_with_it(
     server.expect("/v1/messages", sse_reply(text_stream("Checklist ready.")))
     first = roder("chat", "--engine", "anthropic", env=env, stdin="Plan the launch.\n")
     assert first.returncode == 0, first.stderr
-    thread_id = first.stdout.splitlines()[0].split()[1]
+    thread_id = first.stderr.split("thread: ", 1)[1].split()[0]
     server.expect("/v1/messages", json_reply(compacted_message(SUMMARY)))
     compact = roder("compact", thread_id, "--engine", "anthropic", "--json", env=env)
     assert compact.returncode == 0, compact.stderr

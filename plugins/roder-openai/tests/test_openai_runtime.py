@@ -175,13 +175,16 @@ def test_roder_chat_streams_a_reply_from_the_server_and_persists_it(
     server.expect(
         "/responses", sse_reply("responses_reasoning.sse"), sse_reply("responses_text.sse")
     )
-    chat = roder("chat", "--engine", "openai", env=env, stdin="A prime?\nAnd then?\n")
+    # Piped stdin is one prompt; -c continues the thread for the second.
+    chat = roder("chat", "--engine", "openai", env=env, stdin="A prime?\n")
     assert chat.returncode == 0, chat.stderr
-    lines = chat.stdout.splitlines()
-    assert lines[0].startswith("thread: ")
-    assert "7 is prime." in chat.stdout and "Hello from loopback." in chat.stdout
+    assert chat.stderr.startswith("thread: ") or "\nthread: " in chat.stderr
+    thread_id = chat.stderr.split("thread: ", 1)[1].split()[0]
+    assert chat.stdout == "7 is prime.\n"
     assert "Seven will do." in chat.stderr  # reasoning goes to stderr
-    thread_id = lines[0].split()[1]
+    then = roder("chat", "--engine", "openai", "-c", env=env, stdin="And then?\n")
+    assert then.returncode == 0, then.stderr
+    assert "Hello from loopback." in then.stdout
     shown = roder("threads", "show", thread_id, "--json", env=env)
     assert shown.returncode == 0, shown.stderr
     items = [i for t in json.loads(shown.stdout)["turns"] for i in t["items"]]
@@ -198,7 +201,7 @@ def test_roder_chat_streams_a_reply_from_the_server_and_persists_it(
     assert server.posted("/responses")[0].headers["authorization"] == f"Bearer {TEST_KEY}"
     assert server.posted("/responses")[1].json()["input"][1]["id"] == "rs_reason_1"
     assert not files_contain(root, TEST_KEY.encode())
-    assert TEST_KEY not in chat.stdout + chat.stderr
+    assert TEST_KEY not in chat.stdout + chat.stderr + then.stdout + then.stderr
 
 
 def test_roder_chat_reports_a_provider_error_without_the_key(
@@ -243,7 +246,7 @@ def test_roder_compact_commits_the_server_boundary_and_the_next_turn_starts_with
     server.expect("/responses/compact", json_reply("compact_success.json"))
     first = roder("chat", "--engine", "openai", env=env, stdin="Plan the launch checklist.\n")
     assert first.returncode == 0, first.stderr
-    thread_id = first.stdout.splitlines()[0].split()[1]
+    thread_id = first.stderr.split("thread: ", 1)[1].split()[0]
     compact = roder("compact", thread_id, "--engine", "openai", "--json", env=env)
     assert compact.returncode == 0, compact.stderr
     assert "cmp_loopback_1" in compact.stdout

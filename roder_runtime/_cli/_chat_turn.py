@@ -1,0 +1,132 @@
+"""One chat turn on a session: submit the text, show the reply as it streams, Ctrl-C stops it.
+
+Replies go to stdout; reasoning, notes and errors to stderr.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+import sys
+
+import anyio
+
+from roder_api.errors import RoderError
+from roder_api.events import (
+    AssistantContentDelta,
+    ContentPhase,
+    ErrorEvent,
+    Event,
+    TurnAborted,
+    TurnComplete,
+    WarningEvent,
+)
+from roder_runtime._session import Interrupt, Session, UserInput
+from roder_runtime._turns import new_id
+
+
+class TurnOutcome(str, enum.Enum):
+    """How a chat turn ended."""
+
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+
+
+def write(text: str) -> None:
+    """Write reply text on stdout, at once."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def note(text: str) -> None:
+    """Write a line (or more) for the person on stderr, at once."""
+    sys.stderr.write(text if text.endswith("\n") else text + "\n")
+    sys.stderr.flush()
+
+
+class _Printer:
+    """Shows one turn's events: reply deltas on stdout, the rest on stderr."""
+
+    def __init__(self, turn_id: str) -> None:
+        self.turn_id = turn_id
+        self.reasoning_open = False
+        self.reply_open = False
+
+    def show(self, event: Event) -> TurnOutcome | None:
+        """Show ``event``; return the outcome when it ends this printer's turn."""
+        if isinstance(event, AssistantContentDelta):
+            if event.phase is ContentPhase.REASONING:
+                self.reasoning_open = True
+                sys.stderr.write(event.delta)
+                sys.stderr.flush()
+                return None
+            if self.reasoning_open:
+                note("")
+                self.reasoning_open = False
+            if event.delta:
+                self.reply_open = not event.delta.endswith("\n")
+                write(event.delta)
+            return None
+        if isinstance(event, ErrorEvent):
+            self.end_reply()
+            note(f"roder: {event.message}")
+            return None
+        if isinstance(event, WarningEvent):
+            self.end_reply()
+            note(f"roder: warning: {event.message}")
+            return None
+        if isinstance(event, (TurnComplete, TurnAborted)):
+            if event.turn_id != self.turn_id:
+                if isinstance(event, TurnAborted) and event.reason == "process_exited":
+                    note("roder: the last turn was cut off when its process exited")
+                return None
+            self.end_reply()
+            if isinstance(event, TurnComplete):
+                return TurnOutcome.COMPLETED
+            if event.reason == "interrupted":
+                note("roder: turn interrupted")
+                return TurnOutcome.INTERRUPTED
+            return TurnOutcome.FAILED
+        return None
+
+    def end_reply(self) -> None:
+        if self.reasoning_open:
+            note("")
+            self.reasoning_open = False
+        if self.reply_open:
+            write("\n")
+            self.reply_open = False
+
+
+async def run_turn(session: Session, text: str) -> TurnOutcome:
+    """Run one turn of ``text`` on ``session`` and show it; Ctrl-C (SIGINT) interrupts it.
+
+    A store failure while reading the turn's events is raised (``RoderError``).
+    """
+    # The id is the chat's before submit returns: the turn may end before that.
+    turn_id = new_id("turn")
+    printer = _Printer(turn_id)
+    await session.submit(UserInput(text), turn_id=turn_id)
+    outcome: TurnOutcome | None = None
+    failure: RoderError | None = None
+    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        async with anyio.create_task_group() as tasks:
+
+            async def interrupt_on_sigint() -> None:
+                async for _ in signals:
+                    await session.submit(Interrupt(turn_id))
+
+            tasks.start_soon(interrupt_on_sigint)
+            try:
+                while outcome is None:
+                    outcome = printer.show((await session.next_event()).event)
+            except RoderError as exc:
+                # The store failed: what was shown is journaled, nothing more can be.
+                printer.end_reply()
+                failure = exc
+            tasks.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    assert outcome is not None
+    return outcome
