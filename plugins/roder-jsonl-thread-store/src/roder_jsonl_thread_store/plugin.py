@@ -38,7 +38,7 @@ def register_thread_store_factories(
     """
     table = settings.get("jsonl", {})
     # A typo (`durabilty`) would otherwise be ignored and the store run with the default.
-    check_settings("jsonl", table, ("path", "durability"))
+    check_settings("jsonl", table, ("path", "durability", "read_only", "must_exist"))
     path = table.get("path")
     try:
         factory = JsonlThreadStoreFactory(

@@ -31,7 +31,17 @@ def register_thread_store_factories(
     """
     table = settings.get("postgres", {})
     check_settings(
-        "postgres", table, ("dsn", "schema", "min_size", "max_size", "connect_timeout_s")
+        "postgres",
+        table,
+        (
+            "dsn",
+            "schema",
+            "min_size",
+            "max_size",
+            "connect_timeout_s",
+            "read_only",
+            "must_exist",
+        ),
     )
     dsn = table.get("dsn")
     try:

@@ -38,7 +38,9 @@ def register_thread_store_factories(
     :class:`SqliteThreadStoreFactory`).
     """
     table = settings.get("sqlite", {})
-    check_settings("sqlite", table, ("path", "durability", "busy_timeout_s"))
+    check_settings(
+        "sqlite", table, ("path", "durability", "busy_timeout_s", "read_only", "must_exist")
+    )
     path = table.get("path")
     try:
         factory = SqliteThreadStoreFactory(
