@@ -10,9 +10,9 @@ the boundary comes before them in the journal and they stay in replay. Every oth
 discards it with ``CompactionDiscarded(reason)``; the history is then exactly as it was.
 
 The conditional append expects the journal to end where this turn left it: before the
-commit the step's own events are read back (everything since the step's mark); an event
-of another turn means someone appended meanwhile, and the candidate is discarded
-(``conflict``) rather than committed over items it has not seen.
+commit the events since the turn's mark are read back; a transcript item of another turn
+means someone appended meanwhile, and the candidate is discarded (``conflict``) rather
+than committed over items it has not seen.
 """
 
 from __future__ import annotations
@@ -137,9 +137,13 @@ class PreemptWhileStaged:
 
 
 def _foreign(entries: Sequence[JournalEvent], turn_id: str) -> JournalEvent | None:
-    """Return the first entry another turn (or a script) appended, if any."""
+    """Return the first transcript item another turn (or a script) appended, if any.
+
+    Events that are not items (input accepted for a later turn, warnings, usage) do not
+    change the history the boundary stands for.
+    """
     for entry in entries:
-        if getattr(entry.event, "turn_id", turn_id) != turn_id:
+        if isinstance(entry.event, ItemCompleted) and entry.event.turn_id != turn_id:
             return entry
     return None
 

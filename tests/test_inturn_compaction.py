@@ -305,3 +305,26 @@ async def test_an_append_by_someone_else_meanwhile_discards_the_boundary(tmp_pat
     assert not boundaries(replay)
     assert UserMessage("from a script") in replay and replay[-1] == AssistantMessage("Answer.")
     await cold_check(threads, thread_id, expect_boundary=False)
+
+
+async def test_input_queued_for_the_next_turn_does_not_discard_the_boundary(
+    tmp_path: Path,
+) -> None:
+    """Accepted input of a later turn is no transcript item: the boundary still commits."""
+    threads = tmp_path / "threads"
+    script: list[ScriptStep] = [boundary(), Delay(0.3), MessageDelta("Answer."), Completed()]
+    engine = ScriptedEngine(turns=[[MessageDelta("You said: first question"), Completed()], script])
+    async with runtime_on(threads, engine) as runtime:
+        thread_id = await seeded_thread(runtime)
+        async with await runtime.start_session(thread_id) as session:
+            turn_id = await session.submit(UserInput("go on"))
+            with anyio.fail_after(20):
+                while not isinstance((await session.next_event()).event, CompactionStarted):
+                    pass
+            await session.submit(UserInput("and the next thing"))  # queued behind the turn
+            seen = [e.event for e in await events_until(session, count=2)]
+        assert CompactionCommitted(turn_id) in seen
+        replay = await runtime.replay_history(thread_id)
+    assert replay[:2] == [boundary(), AssistantMessage("Answer.")]
+    assert replay[2] == UserMessage("and the next thing")
+    await cold_check(threads, thread_id, expect_boundary=True)
