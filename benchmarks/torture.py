@@ -28,7 +28,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _torture import crash, faults, hostile, load  # noqa: E402 - after the path setup
+from _torture import crash, faults, hostile, load, tools  # noqa: E402 - after the path setup
 from _torture.stats import KindStats, table  # noqa: E402
 from _torture.stores import (  # noqa: E402
     StoreSpec,
@@ -43,6 +43,7 @@ FULL = {
     "turn": 60,
     "compact": 40,
     "inturn": 40,
+    "tools": 300,
     "faults": 12,
     "hostile": 1000,
     "load_s": 10.0,
@@ -53,6 +54,7 @@ QUICK = {
     "turn": 3,
     "compact": 3,
     "inturn": 3,
+    "tools": 6,
     "faults": 1,
     "hostile": 60,
     "load_s": 2.0,
@@ -138,6 +140,13 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                         ctx=ctx,
                     )
                 )
+    if "crash" in sections or "tools" in sections:
+        # Agent loops killed in their tool steps (one store: the default, fsync JSONL).
+        progress(
+            await tools.run_tool_crash_trials(
+                int(plan["tools"]), workdir / "tools", seed=args.seed, max_delay=1.0
+            )
+        )
     if "faults" in sections:
         for number, spec in enumerate(specs):
             if spec.backend != "jsonl":
@@ -200,7 +209,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "seed": args.seed,
         "elapsed_s": round(elapsed, 1),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "kill_trials": sum(k.trials for k in kinds if k.kind.split(" / ")[0] in crash.MODES),
+        "kill_trials": sum(
+            k.trials for k in kinds if k.kind.split(" / ")[0] in (*crash.MODES, "tools")
+        ),
         "kinds": [k.to_json() for k in kinds],
         "load": [r.to_json() for r in load_results],
         "load_summary": [r.summary() for r in load_results],

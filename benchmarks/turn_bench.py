@@ -11,6 +11,7 @@ coalesces deltas and batches appends, so it should beat that baseline by a wide 
     python benchmarks/turn_bench.py            # the table
     python benchmarks/turn_bench.py --json     # machine-readable
     python benchmarks/turn_bench.py --quick    # a short run (CI smoke)
+    python benchmarks/turn_bench.py --tools    # the tool-loop workload (see _tool_loop.py)
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ from roder_api.inference import Completed, MessageDelta, TokenUsage, Usage
 from roder_api.testing import Delay, ScriptedEngine, ScriptStep
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig, UserInput
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _tool_loop  # noqa: E402 - after the path setup
 
 TOKEN = "tok "
 _datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
@@ -159,7 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs per case")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
+    parser.add_argument("--tools", action="store_true", help="the tool-loop workload")
+    parser.add_argument("--steps", type=int, default=20, help="tool steps (--tools)")
     args = parser.parse_args(argv)
+    if args.tools:
+        return tool_loop_main(args)
     if args.quick:
         args.deltas, args.repeats = min(args.deltas, 300), 1
     result = run(args.deltas, args.repeats)
@@ -167,6 +175,35 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         print_table(result)
+    return 0
+
+
+def tool_loop_main(args: argparse.Namespace) -> int:
+    """Run the tool-loop workload (``--tools``) and print its table or JSON."""
+    repeats = 1 if args.quick else max(args.repeats, 5)
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="roder-tool-bench-") as tmp:
+        base = Path(tmp)
+        for repeat in range(repeats):
+            run_dir = base / f"tools{repeat}"
+            measured = anyio.run(_tool_loop.tool_loop_turn, run_dir, args.steps)
+            line = max(1, measured["journal_bytes"] // max(1, measured["appends"]))
+            measured["raw_seconds"] = _tool_loop.raw_appends(base, measured["appends"], line)
+            runs.append(measured)
+    result = _tool_loop.summarize(runs, args.steps)
+    if args.json:
+        sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    print(
+        f"tool loop: one turn of {args.steps} sequential no-op tool steps, jsonl fsync, "
+        f"median of {repeats} runs"
+    )
+    print(f"  per tool step:             {result['median_ms_per_step']:.2f} ms")
+    print(
+        f"  raw durable appends/step:  {result['raw_append_ms_per_step']:.2f} ms "
+        f"({result['appends_per_step']:.1f} appends)"
+    )
+    print(f"  runtime overhead/step:     {result['runtime_overhead_ms_per_step']:.2f} ms")
     return 0
 
 

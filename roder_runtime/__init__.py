@@ -19,10 +19,12 @@ from roder_runtime._config import (
 from roder_runtime._ops import Interrupt, Op, Steer, UserInput
 from roder_runtime._runtime import DEFAULT_ENGINE, Runtime
 from roder_runtime._session import Session
+from roder_runtime._tool_step import ApproveToolCall
 
 __version__ = _api_version
 
 __all__ = [
+    "ApproveToolCall",
     "CompactionConfig",
     "CompactionResult",
     "DEFAULT_ENGINE",

@@ -1,10 +1,12 @@
-"""The ops a session takes: user input, interrupting a turn, steering the running turn."""
+"""The ops a session takes: user input, interrupting or steering a turn, approving a tool call."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar
+
+from roder_runtime._tool_step import ApproveToolCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +35,7 @@ class Steer:
     text: str
 
 
-Op: TypeAlias = UserInput | Interrupt | Steer
+Op: TypeAlias = UserInput | Interrupt | Steer | ApproveToolCall
 """What :meth:`Session.submit` takes."""
 
 

@@ -24,6 +24,7 @@ from roder_api.events import (
 from roder_api.transcript import UserMessage
 from roder_runtime._journal import ThreadJournal
 from roder_runtime._recorder import EventRecorder
+from roder_runtime._tool_step import PendingToolStep, pending_tool_step
 from roder_runtime._turns import new_id
 
 _PAGE = 256
@@ -68,20 +69,34 @@ def leftovers(tail: Sequence[Event]) -> tuple[str | None, list[str], list[InputA
     return last, mine, later
 
 
-async def find_leftovers(journal: ThreadJournal, recorder: EventRecorder) -> list[tuple[str, str]]:
-    """Close a dead session's open turn (through ``recorder``); return its unanswered input.
+Leftover = tuple[str, str, PendingToolStep | None]
+"""``(turn_id, text, resume)``: an input to run as a turn, or (``resume`` set) a turn a dead
+session left in a tool step, to finish."""
 
-    The open turn is closed with the input it had taken journaled into it, then
+
+async def find_leftovers(journal: ThreadJournal, recorder: EventRecorder) -> list[Leftover]:
+    """Close a dead session's open turn (through ``recorder``); return what is left to do.
+
+    An open turn whose last tool step has calls without results is not closed: it comes
+    first, to be resumed (its calls run by the crash rules, then the turn goes on). Any
+    other open turn is closed with the input it had taken journaled into it, then
     ``TurnAborted(turn_id, "process_exited")``, by a conditional append on the last
-    sequence read (read again when someone appended meanwhile). Returns ``(turn_id,
-    text)`` of each input accepted for a later turn, in order, to be run.
+    sequence read (read again when someone appended meanwhile). Then each input accepted
+    for a later turn and never answered, in order.
     """
     for _ in range(_TRIES):
         tail = await read_tail(journal)
         open_turn, taken, later = leftovers([e.event for e in tail])
-        pending = [(a.turn_id, a.text) for a in later]
+        pending: list[Leftover] = [(a.turn_id, a.text, None) for a in later]
         if open_turn is None:
             return pending
+        step = pending_tool_step(
+            e.event for e in tail if getattr(e.event, "turn_id", None) == open_turn
+        )
+        if step is not None:
+            # Steering the turn took and never journaled becomes turns of its own.
+            again: list[Leftover] = [(new_id("turn"), t, None) for t in taken]
+            return [(open_turn, "", step), *again, *pending]
         closing: list[Event] = [ItemCompleted(open_turn, UserMessage(text)) for text in taken]
         closing.append(TurnAborted(open_turn, AbortReason.PROCESS_EXITED))
         last = tail[-1].sequence if tail else 0

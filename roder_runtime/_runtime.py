@@ -40,6 +40,7 @@ from roder_api.threads import (
     turns_from_events,
     validate_thread_id,
 )
+from roder_api.tools import Tool
 from roder_api.transcript import TranscriptItem
 from roder_runtime._catalog import DEFAULT_ENGINE, ModelCatalog
 from roder_runtime._compaction import CompactionResult, compact
@@ -50,6 +51,7 @@ from roder_runtime._journal import ThreadJournal
 from roder_runtime._model_call import PreemptSignal
 from roder_runtime._ops import SessionStart
 from roder_runtime._session import Session
+from roder_runtime._session_tools import SessionTools
 from roder_runtime._turns import new_id
 
 __all__ = ["DEFAULT_ENGINE", "Emit", "Runtime", "load_registry"]
@@ -291,6 +293,7 @@ class Runtime:
         engine: str | None = None,
         model: str | None = None,
         owner: str | None = None,
+        tools: Sequence[str] | None = None,
     ) -> SessionStart[Session]:
         """Return a running session on a thread (``engine``: an engine id, default the default).
 
@@ -301,13 +304,36 @@ class Runtime:
         session on the thread — here, in another process or on another machine — raises
         ``ThreadBusyError`` naming the holder. ``ThreadNotFoundError`` when the thread does
         not exist. A turn that a dead process left running is closed first with
-        ``TurnAborted(turn_id, "process_exited")``.
+        ``TurnAborted(turn_id, "process_exited")`` — unless it was in a tool step: then its
+        calls without results are finished by the crash rules and the turn goes on.
+
+        ``tools`` chooses the tools the turns offer: None, every registered tool that
+        ``[tools] enabled`` allows (all when it is unset); a list of names, exactly those
+        (each must be registered: ``UnknownToolError``), whatever ``enabled`` says.
         """
-        return SessionStart(self._open_session(thread_id, engine, model, owner or self.name))
+        return SessionStart(self._open_session(thread_id, engine, model, owner or self.name, tools))
+
+    def offered_tools(self, names: Sequence[str] | None = None) -> dict[str, Tool]:
+        """Return the tools a session offers for ``names`` (see ``start_session``)."""
+        registry = self.registry
+        if names is None:
+            enabled = self.config.tools.enabled
+            if enabled is None:
+                return dict(registry.tools)
+            allowed = set(enabled)
+            return {n: t for n, t in registry.tools.items() if n in allowed}
+        return {name: registry.tool(name) for name in names}
 
     async def _open_session(
-        self, thread_id: str, engine: str | None, model: str | None, owner: str
+        self,
+        thread_id: str,
+        engine: str | None,
+        model: str | None,
+        owner: str,
+        tools: Sequence[str] | None = None,
+        approvals: bool = True,
     ) -> Session:
+        offered = self.offered_tools(tools)
         chosen = self.engine(engine)
         model_id = model or self.default_model(chosen)
         await self.get_thread(thread_id)
@@ -319,6 +345,13 @@ class Runtime:
             model=model_id,
             lease=journal.store.lease(thread_id, owner=owner),
             on_close=self._sessions.discard,
+            tools=SessionTools(
+                offered,
+                self.config.tools,
+                thread_id=thread_id,
+                settings=self.config.plugin_settings(),
+                approvals=approvals,
+            ),
         )
         await session.start()
         self._sessions.add(session)
@@ -333,12 +366,16 @@ class Runtime:
         engine: str | None = None,
         model: str | None = None,
         turn_id: str | None = None,
+        tools: Sequence[str] | None = None,
     ) -> str | None:
         """Run one turn on a thread through a session: persist every event, then ``emit`` it.
 
-        Return the assistant's reply, or None when the turn failed (its journal says why).
+        Return the assistant's reply (its final answer, after any tool steps), or None when
+        the turn failed (its journal says why). ``tools`` as for ``start_session``; nobody
+        can approve here, so calls whose policy is ``ask`` are denied.
         """
-        async with self.start_session(thread_id, engine=engine, model=model) as session:
+        opening = self._open_session(thread_id, engine, model, self.name, tools, approvals=False)
+        async with SessionStart(opening) as session:
             turn_id = await session.submit_turn(text, turn_id or new_id("turn"))
             while True:
                 entry = await session.next_event()

@@ -35,15 +35,12 @@ from roder_api.threads import ThreadLease
 from roder_api.transcript import UserMessage
 from roder_runtime._catalog import ModelCatalog
 from roder_runtime._journal import ThreadJournal
-
-# The ops are re-exported: ``roder chat`` and older importers take them from here.
-from roder_runtime._ops import Interrupt as Interrupt
-from roder_runtime._ops import Op as Op
-from roder_runtime._ops import Steer as Steer
-from roder_runtime._ops import UserInput as UserInput
+from roder_runtime._ops import Interrupt, Op, Steer, UserInput
 from roder_runtime._recorder import EventRecorder
 from roder_runtime._resume import find_leftovers
 from roder_runtime._session_io import RecorderSink, TurnInbox
+from roder_runtime._session_tools import SessionTools
+from roder_runtime._tool_step import ApproveToolCall, PendingToolStep
 from roder_runtime._turn_driver import TurnDriver
 from roder_runtime._turns import new_id
 
@@ -59,6 +56,7 @@ class _Queued:
     direct: bool = False
     interrupted: bool = False
     journaled: anyio.Event = field(default_factory=anyio.Event)
+    resume: PendingToolStep | None = None  # a turn a dead session left in a tool step
 
 
 class Session:
@@ -80,6 +78,7 @@ class Session:
         model: str,
         lease: AbstractAsyncContextManager[ThreadLease],
         on_close: Callable[[Session], None] | None = None,
+        tools: SessionTools | None = None,
     ) -> None:
         self.thread_id = journal.thread_id
         self.journal = journal
@@ -111,6 +110,7 @@ class Session:
         self._sink = RecorderSink(journal, self.recorder)
         self._task_group: anyio.abc.TaskGroup | None = None
         self._on_close = on_close
+        self.tools = tools or SessionTools({}, config.tools, thread_id=self.thread_id)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -131,8 +131,8 @@ class Session:
         except BaseException:
             await self._shutdown()
             raise
-        for turn_id, text in leftovers:
-            self._queue.append(_Queued(turn_id, text, accepted=True))
+        for turn_id, text, resume in leftovers:  # a resumed turn first, then inputs
+            self._queue.append(_Queued(turn_id, text, accepted=True, resume=resume))
         task_group.start_soon(self._shielded, self._run_worker)
 
     async def _shielded(self, run: Callable[[], Awaitable[None]]) -> None:
@@ -152,12 +152,8 @@ class Session:
                 turn.abort(AbortReason.FAILED)  # nothing more can be journaled: stop it now
 
     async def aclose(self, *, reason: AbortReason = AbortReason.CLOSED) -> None:
-        """Close the session: abort a running turn (``reason``), persist what is left.
-
-        Inputs still queued are journaled as turns aborted with ``reason``, so nothing
-        accepted is lost. Events not yet delivered stay in the journal. The lease is
-        released last.
-        """
+        """Close the session: abort a running turn (``reason``) and persist what is left
+        (queued inputs become turns aborted with ``reason``); release the lease last."""
         if self._closed:
             return
         self._closed = True
@@ -217,11 +213,15 @@ class Session:
         An input is *accepted* when this returns: it is journaled and will be answered
         (docs/sessions.md). ``turn_id`` names the turn a ``UserInput`` starts. Raised
         ``InputTooLargeError`` over ``max_input_bytes``, ``BusyError`` when the queue is
-        full (nothing accepted), ``StoppedError`` once closed. ``Interrupt`` acts at once.
+        full (nothing accepted), ``StoppedError`` once closed. ``Interrupt`` and
+        ``ApproveToolCall`` act at once.
         """
         self._check_usable()
         if isinstance(op, Interrupt):
             self.interrupt(op.turn_id)
+            return None
+        if isinstance(op, ApproveToolCall):
+            self.tools.decide_call(op)  # the turn that asked journals the decision
             return None
         if not isinstance(op, (UserInput, Steer)):
             raise TypeError(f"not a session op: {op!r}")
@@ -322,11 +322,8 @@ class Session:
     # --- events ----------------------------------------------------------------------------
 
     async def next_event(self) -> JournalEvent:
-        """Return the next event, already persisted to the thread's journal.
-
-        Raised ``RecorderError`` when persisting failed (nothing more is delivered; its
-        message names the store) and ``StoppedError`` when the session is closed.
-        """
+        """Return the next event, already persisted; raise ``RecorderError`` when persisting
+        failed (its message names the store) and ``StoppedError`` once closed."""
         return await self.recorder.next_event()
 
     async def flush(self) -> None:
@@ -370,6 +367,8 @@ class Session:
                 await self._drive_turn(queued)
 
     async def _record_unstarted(self, queued: _Queued, reason: AbortReason) -> None:
+        if queued.resume is not None:
+            return  # a turn left in a tool step stays open: the next session resumes it
         await self._sink.record(
             TurnStarted(queued.turn_id),
             ItemCompleted(queued.turn_id, UserMessage(queued.text)),
@@ -390,6 +389,7 @@ class Session:
             input_accepted=lambda: queued.accepted,
             announce_input=queued.announce,
             on_input_journaled=queued.journaled.set,
+            **self.tools.driver_options(queued.turn_id, self._sink, queued.resume),
         )
         self._turn, self._inbox = driver, inbox
         try:

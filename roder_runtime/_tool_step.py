@@ -97,6 +97,20 @@ def pending_tool_step(events: Iterable[Event]) -> PendingToolStep | None:
     return PendingToolStep(tuple(calls.values()), states)
 
 
+def past_limit_results(calls: Sequence[ToolCallRecord], limit: int) -> list[ToolResultRecord]:
+    """Return the results of calls asked for past ``max_tool_steps``: none of them ran."""
+    text = f"not run: the turn reached max_tool_steps = {limit} tool steps"
+    return [ToolResultRecord(c.id, c.name, text, is_error=True) for c in calls]
+
+
+def past_limit_message(limit: int) -> str:
+    """Return the error of a turn that asked for tools past ``max_tool_steps``."""
+    return (
+        f"the turn reached its limit of {limit} tool steps ([tools] max_tool_steps); "
+        "the model still asked for tools"
+    )
+
+
 def approval_policy(tool: Tool, config: ToolsConfig) -> ApprovalPolicy:
     """Return the policy for ``tool``: its ``[tools.approval]`` entry, else from the tool."""
     configured = config.approval.get(tool.name)
@@ -303,5 +317,7 @@ __all__ = [
     "approval_policy",
     "cut_output",
     "one_line",
+    "past_limit_message",
+    "past_limit_results",
     "pending_tool_step",
 ]

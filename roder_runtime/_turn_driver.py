@@ -52,6 +52,7 @@ from roder_api.inference import (
     MessageDelta,
     ReasoningDelta,
     ToolCallCompleted,
+    ToolSpec,
     Usage,
 )
 from roder_api.transcript import (
@@ -66,6 +67,7 @@ from roder_runtime._auto_compaction import auto_compaction_due, maybe_auto_compa
 from roder_runtime._catalog import ModelCatalog
 from roder_runtime._inturn import InTurnCompaction, is_boundary
 from roder_runtime._model_call import Attempt, RetryNotice, call_model
+from roder_runtime._tool_step import PendingToolStep, past_limit_message, past_limit_results
 from roder_runtime._turn_seams import Inbox, ToolRunner, TurnOutcome, TurnSink
 from roder_runtime._turns import new_id
 
@@ -103,7 +105,9 @@ class TurnDriver:
         announce_input: bool = True,
         on_input_journaled: Callable[[], None] = lambda: None,
         tool_step: ToolRunner | None = None,
+        tools: Sequence[ToolSpec] = (),
         max_tool_steps: int = 32,
+        resume: PendingToolStep | None = None,
     ) -> None:
         self.turn_id = turn_id
         self.user_message = UserMessage(text)
@@ -115,7 +119,9 @@ class TurnDriver:
         self.journal = sink.journal
         self.inbox = inbox
         self.tool_step = tool_step
+        self.tools = tuple(tools)
         self.max_tool_steps = max_tool_steps
+        self.resume = resume
         self.scope = anyio.CancelScope()
         self.abort_reason: AbortReason | None = None
         self.finished = False
@@ -145,7 +151,7 @@ class TurnDriver:
             self.scope.deadline = anyio.current_time() + timeout
         with self.scope:
             try:
-                transcript = await self._begin()
+                transcript = await (self._resume(self.resume) if self.resume else self._begin())
                 last_text = await self._steps(transcript)
             except _TurnFailed as exc:
                 error = str(exc)
@@ -235,6 +241,17 @@ class TurnDriver:
         self._input_recorded = True
         return [*compacted, user]
 
+    async def _resume(self, pending: PendingToolStep) -> list[TranscriptItem]:
+        """Run the calls a dead process left without results (by the crash rules of
+        ``_tool_step``); return the transcript the turn goes on with (its input is in it)."""
+        self._started = self._input_recorded = True
+        self._on_input_journaled()
+        history = await self.journal.replay_history()
+        assert self.tool_step is not None, "a session always gives its turns a tool step"
+        self._waiting_for = "the tools of the interrupted tool step"
+        results = await self.tool_step.run(pending.calls, pending.states)
+        return [*history, *results]
+
     # --- the steps -----------------------------------------------------------------------------
 
     async def _steps(self, transcript: Sequence[TranscriptItem]) -> str | None:
@@ -259,10 +276,16 @@ class TurnDriver:
             if step.text:
                 last_text = step.text
             calls = [i for i in items if isinstance(i, ToolCallRecord)]
-            if calls and self.tool_step is not None and tool_steps < self.max_tool_steps:
+            if calls and self.tool_step is not None:
+                if tool_steps >= self.max_tool_steps:
+                    # Past the limit: no call runs, each gets a result, and the turn ends.
+                    unrun = past_limit_results(calls, self.max_tool_steps)
+                    await self._finish_step(items, [ItemCompleted(self.turn_id, r) for r in unrun])
+                    raise _TurnFailed(past_limit_message(self.max_tool_steps))
                 # The tool step: the calls are journaled before they run; then their results.
                 await self._finish_step(items, [])
                 tool_steps += 1
+                self._waiting_for = "the tools of a tool step"
                 results = await self.tool_step.run(calls)
                 history += [*items, *results]
                 continue
@@ -301,7 +324,7 @@ class TurnDriver:
         already delivered.
         """
         request = AgentInferenceRequest(
-            model=self.model, instructions=self.config.instructions, transcript=tuple(history)
+            self.model, self.config.instructions, (*history,), self.tools
         )
         step = _Step()
 

@@ -6,7 +6,7 @@ A :class:`TurnSink` records a turn's events, an :class:`Inbox` holds its steerin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
@@ -15,6 +15,7 @@ from roder_api.events import AbortReason, AssistantContentDelta, Event
 from roder_api.transcript import ToolCallRecord, ToolResultRecord
 from roder_runtime._journal import Journal
 from roder_runtime._model_call import PreemptSignal
+from roder_runtime._tool_step import CallState
 
 
 class TurnSink(Protocol):
@@ -61,8 +62,13 @@ class Inbox(Protocol):
 class ToolRunner(Protocol):
     """Runs one tool step: the calls of a model step, journaling their results in order."""
 
-    async def run(self, calls: Sequence[ToolCallRecord]) -> list[ToolResultRecord]:
-        """Run ``calls``; return their results in the order of the calls."""
+    async def run(
+        self,
+        calls: Sequence[ToolCallRecord],
+        states: Mapping[str, CallState] | None = None,
+    ) -> list[ToolResultRecord]:
+        """Run ``calls`` (``states``: what the journal knows of each after a restart);
+        journal and return their results in the order of the calls."""
         ...
 
 

@@ -41,7 +41,13 @@ from roder_api.inference import (
     Usage,
 )
 from roder_api.testing import Delay, Hang, Raise, ScriptedEngine, ScriptStep
-from roder_api.transcript import AssistantMessage, Reasoning, ToolCallRecord, UserMessage
+from roder_api.transcript import (
+    AssistantMessage,
+    Reasoning,
+    ToolCallRecord,
+    ToolResultRecord,
+    UserMessage,
+)
 from roder_jsonl_thread_store import JsonlThreadStore, JsonlThreadStoreFactory
 from roder_runtime import Interrupt, Runtime, RuntimeConfig, Session, Steer, UserInput
 
@@ -111,24 +117,28 @@ async def test_a_turn_streams_persisted_events_in_order(tmp_path: Path) -> None:
         assert events[0] == TurnStarted(turn_id)  # type: ignore[arg-type]
         assert events[1] == ItemCompleted(turn_id, UserMessage("hi"))  # type: ignore[arg-type]
         assert isinstance(events[2], ModelStepStarted)
-        assert text_of(seen) == "Hello there"
+        # The call of a tool nobody offered gets an error result; the model goes on.
+        assert text_of(seen) == "Hello thereYou said: hi"
         assert text_of(seen, ContentPhase.REASONING) == "thinking"
         items = [e.item for e in events if isinstance(e, ItemCompleted)]
+        unknown = "unknown tool 'lookup'; the tools offered: none"
         assert items == [
             UserMessage("hi"),
             ToolCallRecord("call_1", "lookup", '{"q": 1}'),
             Reasoning("thinking"),
             AssistantMessage("Hello there"),
+            ToolResultRecord("call_1", "lookup", unknown, is_error=True),
+            AssistantMessage("You said: hi"),
         ]
         assert UsageUpdated(turn_id, TokenUsage(10, 3, 13), "turn") in events
-        assert events[-1] == TurnComplete(turn_id, "Hello there")  # type: ignore[arg-type]
+        assert events[-1] == TurnComplete(turn_id, "You said: hi")  # type: ignore[arg-type]
         assert [e.sequence for e in seen + seen_second] == list(
             range(1, len(seen) + len(seen_second) + 1)
         )
         assert seen_second[-1].event == TurnComplete(second, "You said: again")  # type: ignore[arg-type]
         # The second turn saw the replay history plus its input.
-        assert list(engine.requests[1][1].transcript) == [*items, UserMessage("again")]
-        assert engine.open_streams == 0 and engine.closed_streams == 2
+        assert list(engine.requests[2][1].transcript) == [*items, UserMessage("again")]
+        assert engine.open_streams == 0 and engine.closed_streams == 3
         snapshot = await runtime.load_thread(thread_id)
         assert snapshot is not None and [t.turn_id for t in snapshot.turns] == [turn_id, second]
 
@@ -417,8 +427,28 @@ async def test_items_and_usage_wait_for_a_slow_consumer_instead_of_being_refused
             if isinstance(e, ItemCompleted) and isinstance(e.item, ToolCallRecord)
         ]
         assert recorded_calls == [f"c{i}" for i in range(40)]
-        assert events[-1] == TurnComplete(turn_id, None)  # type: ignore[arg-type]
-        assert (await runtime.get_thread(thread_id)).usage.total_tokens == 80
+        results = [
+            e.item.id
+            for e in events
+            if isinstance(e, ItemCompleted) and isinstance(e.item, ToolResultRecord)
+        ]
+        assert results == recorded_calls  # every call gets its (error) result, in order
+        # After the tool step the scripted engine answers by default.
+        assert events[-1] == TurnComplete(turn_id, "You said: many tools")  # type: ignore[arg-type]
+        first_step = sum(
+            e.usage.total_tokens
+            for e in events[
+                : events.index(
+                    next(
+                        e
+                        for e in events
+                        if isinstance(e, ItemCompleted) and isinstance(e.item, ToolResultRecord)
+                    )
+                )
+            ]
+            if isinstance(e, UsageUpdated)
+        )
+        assert first_step == 80
 
 
 class FailingStore(JsonlThreadStore):

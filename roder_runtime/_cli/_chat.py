@@ -16,7 +16,7 @@ from typing import Any
 from roder_api.errors import InputTooLargeError, ThreadBusyError, ThreadNotFoundError
 from roder_api.transcript import AssistantMessage, UserMessage
 from roder_runtime._cli._chat_input import LineEditor, clean_argument, read_stdin
-from roder_runtime._cli._chat_turn import TurnOutcome, note, run_turn
+from roder_runtime._cli._chat_turn import Ask, TurnOutcome, note, run_turn
 from roder_runtime._cli._common import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -142,6 +142,7 @@ class _Chat:
         self.thread_id: str | None = None
         self.session: Session | None = None
         self.owner = f"roder {args.command}"  # named to whoever finds the thread in use
+        self.ask: Ask | None = None  # how tool approvals are asked (on a terminal)
 
     @property
     def model_label(self) -> str:
@@ -172,7 +173,7 @@ class _Chat:
     async def send(self, text: str) -> TurnOutcome:
         session = await self.open_session()
         try:
-            return await run_turn(session, text)
+            return await run_turn(session, text, self.ask)
         except InputTooLargeError as exc:
             note(f"roder: {exc}")
             return TurnOutcome.FAILED
@@ -201,7 +202,9 @@ async def chat_command(args: argparse.Namespace) -> int:
             if chat.thread_id is not None:
                 await chat.open_session()  # a busy thread is refused before anything is typed
                 await chat.show_resumed(chat.thread_id)
-            return await _converse(chat, LineEditor(roder_home()))
+            editor = LineEditor(roder_home())
+            chat.ask = editor.read
+            return await _converse(chat, editor)
         finally:
             await chat.close_session()
 

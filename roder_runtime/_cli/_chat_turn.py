@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 
 import anyio
 
@@ -17,12 +18,20 @@ from roder_api.events import (
     ContentPhase,
     ErrorEvent,
     Event,
+    ItemCompleted,
+    ToolApprovalRequested,
     TurnAborted,
     TurnComplete,
     WarningEvent,
 )
-from roder_runtime._session import Interrupt, Session, UserInput
+from roder_api.transcript import ToolCallRecord
+from roder_runtime._ops import Interrupt, UserInput
+from roder_runtime._session import Session
+from roder_runtime._tool_step import ApproveToolCall
 from roder_runtime._turns import new_id
+
+Ask = Callable[[str], Awaitable[str | None]]
+"""Ask the person a question on the terminal; return the line typed (None: no answer)."""
 
 
 class TurnOutcome(str, enum.Enum):
@@ -68,6 +77,10 @@ class _Printer:
                 self.reply_open = not event.delta.endswith("\n")
                 write(event.delta)
             return None
+        if isinstance(event, ItemCompleted) and isinstance(event.item, ToolCallRecord):
+            self.end_reply()
+            note(f"roder: tool call {event.item.name}({event.item.arguments})")
+            return None
         if isinstance(event, ErrorEvent):
             self.end_reply()
             note(f"roder: {event.message}")
@@ -99,10 +112,27 @@ class _Printer:
             self.reply_open = False
 
 
-async def run_turn(session: Session, text: str) -> TurnOutcome:
+async def approve(session: Session, request: ToolApprovalRequested, ask: Ask | None) -> None:
+    """Ask y/n whether a tool call may run, and submit the answer (no way to ask: no)."""
+    answer: str | None = None
+    if ask is not None:
+        try:
+            answer = await ask(f"roder: allow {request.name}({request.arguments})? [y/N] ")
+        except KeyboardInterrupt:  # Ctrl-C at the question: no
+            answer = None
+    approved = (answer or "").strip().lower() in ("y", "yes")
+    reason = None if approved else "the user said no in roder chat"
+    if ask is None:
+        reason = "no terminal to ask for approval (roder prompt or piped input)"
+    note("roder: allowed" if approved else "roder: denied")
+    await session.submit(ApproveToolCall(request.call_id, approved, reason))
+
+
+async def run_turn(session: Session, text: str, ask: Ask | None = None) -> TurnOutcome:
     """Run one turn of ``text`` on ``session`` and show it; Ctrl-C (SIGINT) interrupts it.
 
-    A store failure while reading the turn's events is raised (``RoderError``).
+    A tool call that needs approval is asked about with ``ask`` (y/n). A store failure
+    while reading the turn's events is raised (``RoderError``).
     """
     # The id is the chat's before submit returns: the turn may end before that.
     turn_id = new_id("turn")
@@ -120,7 +150,11 @@ async def run_turn(session: Session, text: str) -> TurnOutcome:
             tasks.start_soon(interrupt_on_sigint)
             try:
                 while outcome is None:
-                    outcome = printer.show((await session.next_event()).event)
+                    event = (await session.next_event()).event
+                    if isinstance(event, ToolApprovalRequested):
+                        printer.end_reply()
+                        await approve(session, event, ask)
+                    outcome = printer.show(event)
             except RoderError as exc:
                 # The store failed: what was shown is journaled, nothing more can be.
                 printer.end_reply()

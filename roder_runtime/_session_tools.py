@@ -1,0 +1,86 @@
+"""A session's tools: what its turns offer, the approvals it waits for, a tool step per turn."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from roder_api.events import Event, ToolApprovalRequested
+from roder_api.inference import ToolSpec
+from roder_api.tools import Tool
+from roder_runtime._config import ToolsConfig
+from roder_runtime._tool_step import ApproveToolCall, PendingToolStep, ToolStep
+from roder_runtime._turn_seams import TurnSink
+
+
+class SessionTools:
+    """The tools one session offers, and the ``ApproveToolCall`` decisions it was given.
+
+    ``approvals`` False: nobody can approve (``run_turn``), so ``ask`` calls are denied.
+    """
+
+    def __init__(
+        self,
+        tools: Mapping[str, Tool] | None,
+        config: ToolsConfig,
+        *,
+        thread_id: str,
+        settings: Mapping[str, Any] | None = None,
+        approvals: bool = True,
+    ) -> None:
+        self.tools: Mapping[str, Tool] = dict(tools or {})
+        self.config = config
+        self.thread_id = thread_id
+        self.specs: tuple[ToolSpec, ...] = tuple(t.spec() for t in self.tools.values())
+        self._settings: Mapping[str, Any] = settings or {}
+        self._approvals = approvals
+        self._decisions: dict[str, ApproveToolCall] = {}
+        self._awaiting: dict[str, anyio.Event] = {}
+
+    def decide_call(self, decision: ApproveToolCall) -> None:
+        """Take the user's decision on a call that waits (or is about to wait) for it."""
+        self._decisions[decision.call_id] = decision
+        waiting = self._awaiting.pop(decision.call_id, None)
+        if waiting is not None:
+            waiting.set()
+
+    async def _decide(self, request: ToolApprovalRequested) -> ApproveToolCall:
+        call_id = request.call_id
+        while call_id not in self._decisions:
+            event = self._awaiting.setdefault(call_id, anyio.Event())
+            try:
+                await event.wait()
+            finally:
+                if call_id not in self._decisions:
+                    self._awaiting.pop(call_id, None)
+        return self._decisions.pop(call_id)
+
+    def driver_options(
+        self, turn_id: str, sink: TurnSink, resume: PendingToolStep | None
+    ) -> dict[str, Any]:
+        """Return the ``TurnDriver`` arguments for the tools of turn ``turn_id``."""
+
+        async def append(events: Sequence[Event]) -> None:
+            await sink.record(*events)
+            await sink.persisted()  # durable before the tool runs (ToolCallStarted)
+
+        return {
+            "tool_step": self.step(turn_id, append),
+            "tools": self.specs,
+            "max_tool_steps": self.config.max_tool_steps,
+            "resume": resume,
+        }
+
+    def step(self, turn_id: str, append: Callable[[Sequence[Event]], Awaitable[None]]) -> ToolStep:
+        """Return the tool step of turn ``turn_id``, journaling through ``append``."""
+        return ToolStep(
+            thread_id=self.thread_id,
+            turn_id=turn_id,
+            tools=self.tools,
+            config=self.config,
+            append=append,
+            decide=self._decide if self._approvals else None,
+            settings=self._settings,
+        )
