@@ -66,12 +66,7 @@ class SessionTools:
             await sink.record(*events)
             await sink.persisted()  # durable before the tool runs (ToolCallStarted)
 
-        return {
-            "tool_step": self.step(turn_id, append),
-            "tools": self.specs,
-            "max_tool_steps": self.config.max_tool_steps,
-            "resume": resume,
-        }
+        return {"tool_step": self.step(turn_id, append), "resume": resume}
 
     def step(self, turn_id: str, append: Callable[[Sequence[Event]], Awaitable[None]]) -> ToolStep:
         """Return the tool step of turn ``turn_id``, journaling through ``append``."""

@@ -26,6 +26,7 @@ from roder_api.events import (
     ToolApprovalRequested,
     ToolCallStarted,
 )
+from roder_api.inference import ToolSpec
 from roder_api.tools import ApprovalPolicy, Tool, ToolContext, ToolOutput, arguments_error
 from roder_api.transcript import ToolCallRecord, ToolResultRecord
 from roder_runtime._config import ToolsConfig
@@ -40,6 +41,11 @@ CRASHED_WHILE_RUNNING = (
 """The result of a non-idempotent call that started before a crash and never finished."""
 
 _REASON_LIMIT = 1000
+
+
+class ToolStepLimitError(Exception):
+    """Raised by :meth:`ToolStep.run` past ``max_tool_steps``, after it journaled a result
+    for each call it refused; the turn ends with this message."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +170,8 @@ class ToolStep:
         self._append = append
         self._decide = decide
         self._settings: Mapping[str, Any] = settings or {}
+        self.specs: tuple[ToolSpec, ...] = tuple(tool.spec() for tool in tools.values())
+        self.steps_run = 0
 
     async def run(
         self,
@@ -174,8 +182,15 @@ class ToolStep:
 
         ``states`` is what the journal knows of each call after a restart. When this task
         is cancelled (an interrupt), every call without a result gets one saying so, then
-        the cancellation goes on.
+        the cancellation goes on. Past ``max_tool_steps`` steps no call runs: each gets an
+        error result and :class:`ToolStepLimitError` is raised.
         """
+        limit = self.config.max_tool_steps
+        if self.steps_run >= limit:
+            refused = past_limit_results(calls, limit)
+            await self._append([ItemCompleted(self.turn_id, r) for r in refused])
+            raise ToolStepLimitError(past_limit_message(limit))
+        self.steps_run += 1
         known = states or {}
         results: list[ToolResultRecord | None] = [None] * len(calls)
         started: set[str] = set()
@@ -314,6 +329,7 @@ __all__ = [
     "Decide",
     "PendingToolStep",
     "ToolStep",
+    "ToolStepLimitError",
     "approval_policy",
     "cut_output",
     "one_line",

@@ -11,7 +11,8 @@ The step loop (:meth:`TurnDriver._steps`) has two seams for later work:
 
 * **tool step** — after a model step that ended with tool calls, the driver hands the calls
   to its ``tool_step`` collaborator (a :class:`ToolRunner`), adds the calls and their
-  results to the transcript and loops to the next model step, up to ``max_tool_steps``;
+  results to the transcript and loops to the next model step (past ``max_tool_steps`` the
+  runner refuses the calls, each with a result, and the turn fails);
 * **in-turn native compaction** — a model step collects its items (:class:`_Step.items`) and
   journals them as one batch when the step ends with ``Completed``; a ``ProviderMetadata``
   boundary yielded by ``stream_turn`` is staged by ``roder_runtime._inturn`` and commits
@@ -52,7 +53,6 @@ from roder_api.inference import (
     MessageDelta,
     ReasoningDelta,
     ToolCallCompleted,
-    ToolSpec,
     Usage,
 )
 from roder_api.transcript import (
@@ -67,7 +67,7 @@ from roder_runtime._auto_compaction import auto_compaction_due, maybe_auto_compa
 from roder_runtime._catalog import ModelCatalog
 from roder_runtime._inturn import InTurnCompaction, is_boundary
 from roder_runtime._model_call import Attempt, RetryNotice, call_model
-from roder_runtime._tool_step import PendingToolStep, past_limit_message, past_limit_results
+from roder_runtime._tool_step import PendingToolStep, ToolStepLimitError
 from roder_runtime._turn_seams import Inbox, ToolRunner, TurnOutcome, TurnSink
 from roder_runtime._turns import new_id
 
@@ -105,8 +105,6 @@ class TurnDriver:
         announce_input: bool = True,
         on_input_journaled: Callable[[], None] = lambda: None,
         tool_step: ToolRunner | None = None,
-        tools: Sequence[ToolSpec] = (),
-        max_tool_steps: int = 32,
         resume: PendingToolStep | None = None,
     ) -> None:
         self.turn_id = turn_id
@@ -118,10 +116,8 @@ class TurnDriver:
         self.sink = sink
         self.journal = sink.journal
         self.inbox = inbox
-        self.tool_step = tool_step
-        self.tools = tuple(tools)
-        self.max_tool_steps = max_tool_steps
-        self.resume = resume
+        self.tool_step, self.resume = tool_step, resume
+        self.tools = tuple(tool_step.specs) if tool_step is not None else ()
         self.scope = anyio.CancelScope()
         self.abort_reason: AbortReason | None = None
         self.finished = False
@@ -151,9 +147,12 @@ class TurnDriver:
             self.scope.deadline = anyio.current_time() + timeout
         with self.scope:
             try:
-                transcript = await (self._resume(self.resume) if self.resume else self._begin())
+                step, pending = self.tool_step, self.resume
+                transcript = await (
+                    self._resume(step, pending) if step and pending else self._begin()
+                )
                 last_text = await self._steps(transcript)
-            except _TurnFailed as exc:
+            except (_TurnFailed, ToolStepLimitError) as exc:
                 error = str(exc)
             except RecorderFullError as exc:
                 # The consumer fell behind: the turn stops; it ends once there is room.
@@ -241,16 +240,12 @@ class TurnDriver:
         self._input_recorded = True
         return [*compacted, user]
 
-    async def _resume(self, pending: PendingToolStep) -> list[TranscriptItem]:
-        """Run the calls a dead process left without results (by the crash rules of
-        ``_tool_step``); return the transcript the turn goes on with (its input is in it)."""
+    async def _resume(self, step: ToolRunner, pending: PendingToolStep) -> list[TranscriptItem]:
+        """Finish the calls a dead process left without results; return the transcript."""
         self._started = self._input_recorded = True
         self._on_input_journaled()
         history = await self.journal.replay_history()
-        assert self.tool_step is not None, "a session always gives its turns a tool step"
-        self._waiting_for = "the tools of the interrupted tool step"
-        results = await self.tool_step.run(pending.calls, pending.states)
-        return [*history, *results]
+        return [*history, *await step.run(pending.calls, pending.states)]
 
     # --- the steps -----------------------------------------------------------------------------
 
@@ -265,7 +260,6 @@ class TurnDriver:
         """
         history = list(transcript)
         last_text: str | None = None
-        tool_steps = 0
         while True:
             step = await self._model_step(history)
             if self._inturn.current.preempted:  # a steer stopped a step holding a boundary
@@ -277,15 +271,8 @@ class TurnDriver:
                 last_text = step.text
             calls = [i for i in items if isinstance(i, ToolCallRecord)]
             if calls and self.tool_step is not None:
-                if tool_steps >= self.max_tool_steps:
-                    # Past the limit: no call runs, each gets a result, and the turn ends.
-                    unrun = past_limit_results(calls, self.max_tool_steps)
-                    await self._finish_step(items, [ItemCompleted(self.turn_id, r) for r in unrun])
-                    raise _TurnFailed(past_limit_message(self.max_tool_steps))
                 # The tool step: the calls are journaled before they run; then their results.
                 await self._finish_step(items, [])
-                tool_steps += 1
-                self._waiting_for = "the tools of a tool step"
                 results = await self.tool_step.run(calls)
                 history += [*items, *results]
                 continue

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from roder_api.events import AbortReason, AssistantContentDelta, Event
+from roder_api.inference import ToolSpec
 from roder_api.transcript import ToolCallRecord, ToolResultRecord
 from roder_runtime._journal import Journal
 from roder_runtime._model_call import PreemptSignal
@@ -61,6 +62,9 @@ class Inbox(Protocol):
 
 class ToolRunner(Protocol):
     """Runs one tool step: the calls of a model step, journaling their results in order."""
+
+    specs: Sequence[ToolSpec]
+    """The tools the model is offered."""
 
     async def run(
         self,
