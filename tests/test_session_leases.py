@@ -4,6 +4,7 @@ SIGKILLed holder frees the thread at once."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,10 +24,21 @@ from roder_api.threads import ThreadStore, ThreadStoreFactory
 from roder_runtime import Runtime, UserInput
 
 from .conftest import REPO, make_runtime, roder_command
+from .installed_roder import Terminal
 from .postgres_support import require_postgres, temporary_schema
-from .test_session_chat import finish, read_until, start_chat
+from .test_session_chat import terminal_env
 
 CHILD = Path(__file__).with_name("_lease_child.py")
+
+
+def create_cli_thread(env: dict[str, str], thread_id: str) -> None:
+    """Create ``thread_id`` in the store the ``roder`` command of ``env`` uses."""
+
+    async def create() -> None:
+        async with make_runtime(Path(env["RODER_HOME"]) / "threads") as runtime:
+            await runtime.create_thread(thread_id)
+
+    anyio.run(create)
 
 
 @pytest.mark.anyio
@@ -53,14 +65,12 @@ async def test_a_second_session_on_a_thread_is_refused_naming_the_holder(tmp_pat
 def test_a_second_roder_chat_on_a_thread_is_refused_and_the_first_goes_on(
     cli_env: dict[str, str],
 ) -> None:
-    first = start_chat(cli_env, "--thread", "shared")
-    assert first.stdin is not None
-    seen = bytearray()
+    create_cli_thread(cli_env, "shared")
+    first = Terminal(roder_command(), "chat", "--thread", "shared", env=terminal_env(cli_env))
     try:
-        read_until(first, b"thread: shared\n", seen)
-        first.stdin.write(b"hello\n")
-        first.stdin.flush()
-        read_until(first, b"You said: hello\n", seen)
+        first.read_until("you>")
+        first.type("hello\r")
+        first.read_until("You said: hello[\\s\\S]*you>")  # the session holds the lease
         second = subprocess.run(
             [*roder_command(), "chat", "--thread", "shared"],
             input=b"intruding\n",
@@ -70,41 +80,50 @@ def test_a_second_roder_chat_on_a_thread_is_refused_and_the_first_goes_on(
         )
         assert second.returncode == 1, second.stderr
         message = second.stderr.decode()
-        assert "thread 'shared' is in use by roder chat" in message
-        assert f"pid {first.pid}" in message and "Traceback" not in message
+        assert "thread shared is in use by roder chat" in message
+        assert f"pid {first.process.pid}" in message and "Traceback" not in message
         # The first chat is unaffected.
-        first.stdin.write(b"still here\n")
-        first.stdin.close()
-        code, stdout, stderr = finish(first, seen)
+        first.type("still here\r")
+        first.read_until("You said: still here")
+        first.type("/exit\r")
+        code = first.wait()
+        shown = first.text()
     finally:
-        first.kill()
-        first.wait(timeout=60)
-        for stream in (first.stdout, first.stderr):
-            if stream is not None:
-                stream.close()
-    assert code == 0, stderr
-    assert "You said: still here" in stdout
-    shown = subprocess.run(
-        [*roder_command(), "replay", "shared", "--json"],
+        first.close()
+    assert code == 0, shown
+    replayed = subprocess.run(
+        [*roder_command(), "threads", "show", "shared", "--json"],
         capture_output=True,
         text=True,
         env=cli_env,
         timeout=60,
+        check=True,
     )
-    assert "intruding" not in shown.stdout
+    turns = json.loads(replayed.stdout)["turns"]
+    texts = [item["text"] for turn in turns for item in turn["items"]]
+    assert texts == ["hello", "You said: hello", "still here", "You said: still here"]
+    events = subprocess.run(
+        [*roder_command(), "threads", "show", "shared", "--events", "--json"],
+        capture_output=True,
+        text=True,
+        env=cli_env,
+        timeout=60,
+        check=True,
+    )
+    assert "intruding" not in events.stdout
 
 
 def test_a_sigkilled_roder_chat_frees_its_thread(cli_env: dict[str, str]) -> None:
-    first = start_chat(cli_env, "--thread", "dying")
-    seen = bytearray()
+    create_cli_thread(cli_env, "dying")
+    first = Terminal(roder_command(), "chat", "--thread", "dying", env=terminal_env(cli_env))
     try:
-        read_until(first, b"thread: dying\n", seen)
-        first.send_signal(signal.SIGKILL)
-        first.wait(timeout=60)
+        first.read_until("you>")
+        first.type("are you there?\r")
+        first.read_until("You said: are you there\\?[\\s\\S]*you>")  # the lease is held
+        first.process.send_signal(signal.SIGKILL)
+        first.process.wait(timeout=60)
     finally:
-        for stream in (first.stdin, first.stdout, first.stderr):
-            if stream is not None and not stream.closed:
-                stream.close()
+        first.close()
     after = subprocess.run(
         [*roder_command(), "chat", "--thread", "dying"],
         input=b"anyone?\n",
