@@ -13,7 +13,8 @@ import pytest
 
 from .conftest import REPO
 
-pytestmark = pytest.mark.slow
+# A pip install into a fresh venv can outlast the default per-test timeout on a busy machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def test_echo_plugin_installs_into_a_fresh_environment(

@@ -40,10 +40,12 @@ from roder_api.inference import (
     Usage,
 )
 from roder_api.testing import Delay, Hang, Raise, ScriptedEngine, ScriptStep
+from roder_api.tools import tool
 from roder_api.transcript import (
     AssistantMessage,
     ProviderMetadata,
     ToolCallRecord,
+    ToolResultRecord,
     TranscriptItem,
     UserMessage,
     is_compaction_boundary,
@@ -61,9 +63,16 @@ def boundary(item_id: str = "cmp_inturn_1") -> ProviderMetadata:
     return ProviderMetadata({"provider": "test", "output": [item], "compacted_input": [item]})
 
 
+@tool
+def lookup(q: str) -> str:
+    """Look ``q`` up."""
+    return f"found {q}"
+
+
 def runtime_on(threads: Path, engine: ScriptedEngine) -> Runtime:
     builder = ExtensionRegistryBuilder()
     builder.inference_engine(engine)
+    builder.tool(lookup)
     builder.thread_store_factory(JsonlThreadStoreFactory(base_path=threads))
     config = RuntimeConfig()
     config.reliability.provider_retry_initial_backoff_ms = 0
@@ -125,7 +134,10 @@ async def test_a_completed_step_commits_its_boundary_before_its_reply(tmp_path: 
         ToolCallCompleted("call_lookup", "lookup", '{"q":"x"}'),
         Completed(),
     ]
-    engine = ScriptedEngine(turns=[[MessageDelta("You said: first question"), Completed()], script])
+    answer: list[ScriptStep] = [MessageDelta("Found x."), Completed()]
+    engine = ScriptedEngine(
+        turns=[[MessageDelta("You said: first question"), Completed()], script, answer]
+    )
     async with runtime_on(threads, engine) as runtime:
         thread_id = await seeded_thread(runtime)
         before = await runtime.get_thread(thread_id)
@@ -136,22 +148,31 @@ async def test_a_completed_step_commits_its_boundary_before_its_reply(tmp_path: 
     types = [type(e.event).__name__ for e in journal]
     assert types.count("CompactionStarted") == 1 and types.count("CompactionCommitted") == 1
     committed = types.index("CompactionCommitted")
-    # One append: the boundary, the commit, then the step's call and reply, then the end.
-    batch = [e.event for e in journal[committed - 1 :]]
+    # One append: the boundary, the commit, then the step's call and reply; then the tool
+    # step (its result) and the next model step follow, as in any turn.
+    after = journal[committed - 1 :]
+    reply = next(
+        i
+        for i, e in enumerate(after)
+        if isinstance(e.event, ItemCompleted) and isinstance(e.event.item, AssistantMessage)
+    )
+    batch = [e.event for e in after[: reply + 1]]
+    assert len({e.recorded_at_ms for e in after[: reply + 1]}) == 1  # one batch
     assert isinstance(batch[0], ItemCompleted) and is_compaction_boundary(batch[0].item)
     assert isinstance(batch[1], CompactionCommitted)
     assert [type(e.item).__name__ for e in batch[2:] if isinstance(e, ItemCompleted)] == [
         "ToolCallRecord",
         "AssistantMessage",
     ]
-    assert isinstance(batch[-1], TurnComplete)
-    assert len({e.recorded_at_ms for e in journal[committed - 1 :]}) == 1  # one batch
+    assert isinstance(journal[-1].event, TurnComplete)
     # The user's message came before the boundary: replay starts at the boundary.
-    assert replay == [
+    assert replay[:3] == [
         boundary(),
         ToolCallRecord("call_lookup", "lookup", '{"q":"x"}'),
         AssistantMessage("Picking up from the summary."),
     ]
+    assert isinstance(replay[3], ToolResultRecord) and replay[3].result == "found x"
+    assert not replay[3].is_error and replay[4:] == [AssistantMessage("Found x.")]
     assert any(isinstance(e, UsageUpdated) and e.usage.total_tokens == 940 for e in events)
     again = await cold_check(threads, thread_id, expect_boundary=True)
     assert again[0] == boundary()

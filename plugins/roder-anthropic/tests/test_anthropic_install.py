@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# A pip install into a fresh venv can outlast the default per-test timeout on a busy machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 PLUGIN = Path(__file__).resolve().parent.parent
 REPO = PLUGIN.parent.parent
@@ -29,6 +30,7 @@ def test_the_plugin_installs_into_a_fresh_environment(tmp_path: Path) -> None:
             "--quiet",
             "--disable-pip-version-check",
             str(REPO),
+            str(REPO / "plugins" / "roder-jsonl-thread-store"),
             str(PLUGIN),
         ],
         capture_output=True,
