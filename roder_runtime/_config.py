@@ -387,6 +387,8 @@ def load_config(
             sub = key.split(".", 1)[1]
             if sub == "backend":
                 config.thread_store = value
+            elif sub == "dsn" and config.thread_store != "postgres":
+                continue  # the PostgreSQL store's DSN; other stores have no such key
             else:
                 config.thread_store_settings[sub] = value
         else:

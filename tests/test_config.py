@@ -46,7 +46,7 @@ def test_file_values_are_read_with_their_source(tmp_path: Path) -> None:
 
 
 def test_environment_overrides_the_file(tmp_path: Path) -> None:
-    path = write(tmp_path, 'default_model = "a"\n')
+    path = write(tmp_path, 'default_model = "a"\n[thread_store]\nbackend = "postgres"\n')
     config = load_config(
         path, environ={"RODER_DEFAULT_MODEL": "b", "RODER_POSTGRES_DSN": "postgresql://x"}
     )
@@ -97,3 +97,11 @@ def test_mappings_are_validated_too() -> None:
     with pytest.raises(ConfigError, match="unknown key"):
         load_config({"nope": 1}, environ={})
     assert load_config({"default_engine": "x"}, environ={}).default_engine == "x"
+
+
+def test_the_postgres_dsn_variable_reaches_only_the_postgres_store() -> None:
+    environ = {"RODER_POSTGRES_DSN": "postgresql://db.invalid/x"}
+    jsonl = load_config({"thread_store": {"backend": "jsonl"}}, environ=environ)
+    assert "dsn" not in jsonl.plugin_settings()["jsonl"]
+    postgres = load_config({"thread_store": {"backend": "postgres"}}, environ=environ)
+    assert postgres.plugin_settings()["postgres"]["dsn"] == "postgresql://db.invalid/x"
