@@ -1,0 +1,272 @@
+"""`roder threads show` and `roder threads export`, and how they render a thread."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from roder_api.codec import dumps as codec_dumps
+from roder_api.codec import to_dict
+from roder_api.errors import ThreadNotFoundError
+from roder_api.events import (
+    AssistantContentDelta,
+    CompactionCommitted,
+    CompactionDiscarded,
+    CompactionStarted,
+    ErrorEvent,
+    Event,
+    ItemCompleted,
+    JournalEvent,
+    ModelStepStarted,
+    TurnAborted,
+    TurnComplete,
+    TurnStarted,
+    UsageUpdated,
+    WarningEvent,
+)
+from roder_api.threads import (
+    ThreadMetadata,
+    ThreadSnapshot,
+)
+from roder_api.transcript import (
+    AssistantMessage,
+    ContextCompaction,
+    ProviderMetadata,
+    Reasoning,
+    ToolCallRecord,
+    ToolResultRecord,
+    TranscriptItem,
+    UserMessage,
+    is_compaction_boundary,
+)
+from roder_runtime._cli._common import (
+    EXIT_OK,
+    CommandError,
+    format_ms,
+    format_size,
+    open_runtime,
+    print_json,
+    write_text_file,
+)
+from roder_runtime._cli._ids import resolve_thread_id
+from roder_runtime._cli._threads_manage import (
+    forked_from,
+)
+from roder_runtime._runtime import Runtime
+
+# --- show ---------------------------------------------------------------------------------------
+
+
+def describe_item(item: TranscriptItem) -> str:
+    """Return one readable line for a transcript item."""
+    if isinstance(item, UserMessage):
+        return f"you> {item.text}"
+    if isinstance(item, AssistantMessage):
+        mark = " [interrupted]" if item.interrupted else ""
+        return f"assistant> {item.text}{mark}"
+    if isinstance(item, Reasoning):
+        return f"(reasoning) {item.text}"
+    if isinstance(item, ToolCallRecord):
+        return f"(tool call {item.id}) {item.name}({item.arguments})"
+    if isinstance(item, ToolResultRecord):
+        return f"(tool result {item.id}{' error' if item.is_error else ''}) {item.result}"
+    if isinstance(item, ContextCompaction):
+        return f"(compaction boundary) {item.summary}"
+    if isinstance(item, ProviderMetadata):
+        if is_compaction_boundary(item):
+            kept = item.data.get("compacted_input")
+            count = len(kept) if isinstance(kept, list) else 0
+            return f"(native compaction boundary; replays {count} provider items first)"
+        return "(provider data)"
+    return repr(item)
+
+
+def _clip(text: str, width: int = 80) -> str:
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def describe_event(event: Event) -> str:
+    """Return the type tag and a short readable summary of a journal event."""
+    try:
+        tag = str(to_dict(event).get("type", type(event).__name__))
+    except Exception:  # noqa: BLE001 - an event this version cannot describe is still shown
+        tag = type(event).__name__
+    detail = ""
+    if isinstance(event, TurnStarted | TurnComplete):
+        detail = f"turn {event.turn_id}"
+    elif isinstance(event, ModelStepStarted):
+        detail = f"turn {event.turn_id} step {event.model_step_id}"
+    elif isinstance(event, AssistantContentDelta):
+        detail = f"{event.phase.value} {_clip(repr(event.delta))}"
+    elif isinstance(event, ItemCompleted):
+        detail = _clip(describe_item(event.item))
+    elif isinstance(event, UsageUpdated):
+        u = event.usage
+        detail = (
+            f"{event.purpose}: {u.prompt_tokens} prompt + {u.completion_tokens} completion "
+            f"= {u.total_tokens} tokens"
+        )
+    elif isinstance(event, CompactionStarted | CompactionCommitted):
+        detail = event.mode
+    elif isinstance(event, CompactionDiscarded | TurnAborted):
+        detail = event.reason
+    elif isinstance(event, WarningEvent | ErrorEvent):
+        detail = _clip(event.message)
+    return f"{tag}  {detail}".rstrip()
+
+
+async def _snapshot(runtime: Runtime, thread_id: str) -> ThreadSnapshot:
+    snapshot = await runtime.load_thread(thread_id)
+    if snapshot is None:
+        raise ThreadNotFoundError(thread_id)
+    return snapshot
+
+
+async def _events_up_to(runtime: Runtime, thread_id: str, last: int) -> list[JournalEvent]:
+    """Return events 1..``last``: those the metadata just read describes (writers may go on)."""
+    if last < 1:
+        return []
+    return await (await runtime.store()).read_events(thread_id, limit=last)
+
+
+async def show_command(args: argparse.Namespace) -> int:
+    """Show a thread's transcript, or with ``--events`` its raw journal."""
+    async with open_runtime(args) as runtime:
+        args.thread_id = await resolve_thread_id(runtime, args.thread_id)
+        if args.events:
+            meta = await runtime.get_thread(args.thread_id)
+            entries = await _events_up_to(runtime, args.thread_id, meta.last_sequence)
+            snapshot = None
+        else:
+            snapshot = await _snapshot(runtime, args.thread_id)
+            meta, entries = snapshot.metadata, []
+    if args.json:
+        if snapshot is None:
+            print_json({"metadata": to_dict(meta), "events": [to_dict(e) for e in entries]})
+        else:
+            print_json(
+                {
+                    "metadata": to_dict(meta),
+                    "turns": [
+                        {"turn_id": t.turn_id, "items": [to_dict(i) for i in t.items]}
+                        for t in snapshot.turns
+                    ],
+                }
+            )
+        return EXIT_OK
+    print(f"thread: {meta.thread_id}" + (f"  ({meta.title})" if meta.title else ""))
+    print(
+        f"created {format_ms(meta.created_at_ms)}, updated {format_ms(meta.updated_at_ms)}, "
+        f"{meta.item_count} items, {meta.usage.total_tokens} tokens, "
+        f"{meta.last_sequence} events"
+    )
+    origin = forked_from(meta)
+    if origin is not None:
+        print(f"forked from {origin.get('thread_id')} at sequence {origin.get('sequence')}")
+    if snapshot is None:
+        for entry in entries:
+            print(
+                f"{entry.sequence:>6}  {format_ms(entry.recorded_at_ms)}  "
+                f"{describe_event(entry.event)}"
+            )
+        return EXIT_OK
+    for turn in snapshot.turns:
+        print(f"-- turn {turn.turn_id}")
+        for item in turn.items:
+            print(describe_item(item))
+    return EXIT_OK
+
+
+# --- export -------------------------------------------------------------------------------------
+
+
+def export_jsonl(meta: ThreadMetadata, entries: Sequence[JournalEvent]) -> str:
+    """Return the JSON-lines export: the metadata, then each journal event, one per line."""
+    lines = [codec_dumps(meta)]
+    lines.extend(codec_dumps(entry) for entry in entries)
+    return b"\n".join(lines).decode() + "\n"
+
+
+def _fenced(text: str, lang: str = "") -> str:
+    fence = "```"
+    while fence in text:
+        fence += "`"
+    return f"{fence}{lang}\n{text}\n{fence}"
+
+
+def export_markdown(snapshot: ThreadSnapshot) -> str:
+    """Return the Markdown export: a heading, the metadata, and every turn's items."""
+    meta = snapshot.metadata
+    out = [f"# {meta.title or 'Thread ' + meta.thread_id}", ""]
+    out.append(f"- thread: `{meta.thread_id}`")
+    out.append(f"- created: {format_ms(meta.created_at_ms)} UTC")
+    out.append(f"- updated: {format_ms(meta.updated_at_ms)} UTC")
+    out.append(f"- items: {meta.item_count}; tokens: {meta.usage.total_tokens}")
+    origin = forked_from(meta)
+    if origin is not None:
+        out.append(
+            f"- forked from: `{origin.get('thread_id')}` at sequence {origin.get('sequence')}"
+        )
+    for number, turn in enumerate(snapshot.turns, start=1):
+        out += ["", f"## Turn {number}", ""]
+        for item in turn.items:
+            out += [_markdown_item(item), ""]
+        out.pop()
+    return "\n".join(out) + "\n"
+
+
+def _markdown_item(item: TranscriptItem) -> str:
+    if isinstance(item, UserMessage):
+        return f"**You:**\n\n{item.text}"
+    if isinstance(item, AssistantMessage):
+        mark = " *(interrupted)*" if item.interrupted else ""
+        return f"**Assistant:**{mark}\n\n{item.text}"
+    if isinstance(item, Reasoning):
+        quoted = "\n".join(f"> {line}" for line in item.text.splitlines() or [""])
+        return f"*Reasoning:*\n\n{quoted}"
+    if isinstance(item, ToolCallRecord):
+        return f"**Tool call** `{item.name}` (`{item.id}`):\n\n{_fenced(item.arguments, 'json')}"
+    if isinstance(item, ToolResultRecord):
+        label = "Tool error" if item.is_error else "Tool result"
+        return f"**{label}** `{item.name}` (`{item.id}`):\n\n{_fenced(item.result)}"
+    if isinstance(item, ContextCompaction):
+        return f"---\n\n*Compaction summary:*\n\n{item.summary}\n\n---"
+    return f"*{describe_item(item)}*"
+
+
+async def export_command(args: argparse.Namespace) -> int:
+    """Export a thread to stdout or a file."""
+    if args.json and not args.output:
+        raise CommandError("--json needs -o FILE (without it the export goes to stdout)", 2)
+    async with open_runtime(args) as runtime:
+        args.thread_id = await resolve_thread_id(runtime, args.thread_id)
+        if args.format == "jsonl":
+            meta = await runtime.get_thread(args.thread_id)
+            entries = await _events_up_to(runtime, args.thread_id, meta.last_sequence)
+            text = export_jsonl(meta, entries)
+            count = len(entries)
+        else:
+            snapshot = await _snapshot(runtime, args.thread_id)
+            text = export_markdown(snapshot)
+            count = snapshot.metadata.last_sequence
+    if not args.output or args.output == "-":
+        sys.stdout.write(text)
+        return EXIT_OK
+    await write_text_file(args.output, text)
+    size = len(text.encode())
+    if args.json:
+        print_json(
+            {
+                "thread_id": args.thread_id,
+                "format": args.format,
+                "path": args.output,
+                "events": count,
+                "bytes": size,
+            }
+        )
+    else:
+        summary = f"{args.format}, {format_size(size)}"
+        print(f"exported thread {args.thread_id} ({summary}) to {args.output}")
+    return EXIT_OK
