@@ -35,9 +35,9 @@ from typing import Any
 import orjson
 
 # Importing the type modules registers their tags.
+import roder_api._thread_contract
 import roder_api.events
 import roder_api.inference
-import roder_api.threads
 import roder_api.transcript  # noqa: F401
 from roder_api._record import (
     Record,

@@ -113,19 +113,20 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-# The one cycle known and left to its owner: roder_api.threads re-exports the store-author
-# helpers that moved to roder_api.storekit through a lazy module ``__getattr__`` (and its
-# default ``replay_events`` imports the replay rule late), while the kit imports the record
-# types from roder_api.threads. Moving those types into a module of their own breaks it.
-KNOWN_LATE_IMPORTS = {("roder_api.threads", "roder_api.storekit")}
-
-
 def test_the_module_graph_has_no_import_cycles() -> None:
     edges = graph()
     assert edges["roder_runtime._session"], "the graph is empty: the import walk is broken"
-    for source, target in KNOWN_LATE_IMPORTS:
-        edges[source] = {t for t in edges[source] if not t.startswith(target)}
     assert cycles(edges) == []
+
+
+def test_roder_api_threads_and_the_store_kit_import_one_way() -> None:
+    # roder_api.threads re-exports the kit's helpers, so the kit must not import it back
+    # (not even late, inside a function): both import the contract from its own module.
+    edges = graph()
+    assert any(t.startswith("roder_api.storekit") for t in edges["roder_api.threads"])
+    kit = [name for name in edges if name.startswith("roder_api.storekit")]
+    assert [m for m in kit if "roder_api.threads" in edges[m]] == []
+    assert "roder_api.threads" not in edges["roder_api.codec"]
 
 
 def test_no_runtime_module_is_part_of_any_cycle() -> None:

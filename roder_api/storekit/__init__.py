@@ -21,6 +21,7 @@ See ``docs/writing-a-thread-store.md``.
 
 from __future__ import annotations
 
+from roder_api._thread_contract import UNSET
 from roder_api.storekit._blocking import BlockingThreadStore
 from roder_api.storekit._checks import (
     check_consecutive,
@@ -48,7 +49,6 @@ from roder_api.storekit._group_commit import GroupCommit
 from roder_api.storekit._relational import RelationalThreadStore
 from roder_api.storekit._repairable import CheckReport, RepairableThreadStore, RepairReport
 from roder_api.storekit._write_batch import EventRow, SqlConnection, ThreadRow, WriteBatch
-from roder_api.threads import UNSET
 
 __all__ = [
     "BlockingThreadStore",

@@ -17,6 +17,15 @@ from typing import Any, ClassVar, TypeVar
 import anyio
 import anyio.to_thread
 
+from roder_api._thread_contract import (
+    UNSET,
+    EventPage,
+    ThreadMetadata,
+    ThreadPage,
+    ThreadStore,
+    validate_thread_id,
+)
+from roder_api.codec import check_value, dumps_each
 from roder_api.errors import StoppedError
 from roder_api.events import Event, JournalEvent
 from roder_api.storekit._checks import (
@@ -24,14 +33,6 @@ from roder_api.storekit._checks import (
     check_expected,
     metadata_changes,
     validate_expected,
-)
-from roder_api.threads import (
-    UNSET,
-    EventPage,
-    ThreadMetadata,
-    ThreadPage,
-    ThreadStore,
-    validate_thread_id,
 )
 
 T = TypeVar("T")
@@ -204,8 +205,6 @@ class BlockingThreadStore(ThreadStore):
         extra: Mapping[str, Any] = UNSET,
     ) -> ThreadMetadata:
         """Change a thread's title and/or extra metadata."""
-        from roder_api.codec import check_value  # the codec imports roder_api.threads
-
         validate_thread_id(thread_id)
         changes = metadata_changes(title, extra)
         if not changes:
@@ -221,8 +220,6 @@ class BlockingThreadStore(ThreadStore):
         expected_last_sequence: int | None = None,
     ) -> list[JournalEvent]:
         """Append ``events`` as one atomic, durable batch (conditionally, when expected)."""
-        from roder_api.codec import dumps_each  # the codec imports roder_api.threads
-
         validate_thread_id(thread_id)
         expected = validate_expected(expected_last_sequence)
         if not events:
@@ -237,8 +234,6 @@ class BlockingThreadStore(ThreadStore):
 
     async def import_events(self, thread_id: str, entries: Sequence[JournalEvent]) -> None:
         """Append journal events verbatim, atomically."""
-        from roder_api.codec import dumps_each  # the codec imports roder_api.threads
-
         validate_thread_id(thread_id)
         if not entries:
             await self.get_thread(thread_id)

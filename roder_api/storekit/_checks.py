@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from roder_api._thread_contract import UNSET
 from roder_api.errors import SequenceConflictError
 from roder_api.events import JournalEvent
-from roder_api.threads import UNSET
 
 
 def metadata_changes(title: Any = UNSET, extra: Any = UNSET) -> dict[str, Any]:

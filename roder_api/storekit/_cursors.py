@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import orjson
 
+from roder_api._thread_contract import EventPage, ThreadMetadata, ThreadPage
 from roder_api.events import JournalEvent
-from roder_api.threads import EventPage, ThreadMetadata, ThreadPage
 
 
 def encode_cursor(updated_at_ms: int, thread_id: str) -> str:

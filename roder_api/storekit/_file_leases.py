@@ -24,8 +24,8 @@ import anyio
 import anyio.to_thread
 import orjson
 
+from roder_api._thread_contract import LeaseHolder, ThreadLease, validate_thread_id
 from roder_api.errors import StoreError, ThreadBusyError
-from roder_api.threads import LeaseHolder, ThreadLease, validate_thread_id
 
 try:
     import fcntl

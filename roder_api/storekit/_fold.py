@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from roder_api._thread_contract import ThreadMetadata, Turn, replay_start
 from roder_api.events import ItemCompleted, JournalEvent, UsageUpdated, is_boundary_event
-from roder_api.threads import ThreadMetadata, Turn
 from roder_api.transcript import TranscriptItem
 
 
@@ -61,14 +61,6 @@ def turns_from_events(entries: Iterable[JournalEvent]) -> tuple[Turn, ...]:
     if current_id is not None:
         turns.append(Turn(current_id, tuple(current)))
     return tuple(turns)
-
-
-def replay_start(entries: Sequence[JournalEvent]) -> int:
-    """Return the index in ``entries`` of the last boundary event (0 when there is none)."""
-    for index in range(len(entries) - 1, -1, -1):
-        if is_boundary_event(entries[index].event):
-            return index
-    return 0
 
 
 def last_boundary_sequence(entries: Sequence[JournalEvent], previous: int) -> int:

@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+from roder_api._thread_contract import EventPage, ThreadMetadata, ThreadPage
 from roder_api.codec import journal_events, loads
 from roder_api.errors import RoderError, ThreadNotFoundError
 from roder_api.events import Event, JournalEvent
@@ -26,7 +27,6 @@ from roder_api.storekit._cursors import decode_cursor, event_page, thread_page
 from roder_api.storekit._fold import replay_after
 from roder_api.storekit._group_commit import GroupCommit
 from roder_api.storekit._write_batch import EventRow, SqlConnection, WriteBatch
-from roder_api.threads import EventPage, ThreadMetadata, ThreadPage
 
 T = TypeVar("T")
 

@@ -13,13 +13,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from roder_api._thread_contract import ThreadMetadata
 from roder_api.codec import dumps, loads
 from roder_api.errors import ThreadExistsError, ThreadNotFoundError
 from roder_api.events import Event, JournalEvent
 from roder_api.inference import TokenUsage
 from roder_api.storekit._checks import check_continues, check_expected
 from roder_api.storekit._fold import fold_metadata, last_boundary_sequence
-from roder_api.threads import ThreadMetadata
 
 SqlConnection = Any
 """A DB-API style connection: ``execute(sql, params)`` returns a cursor with ``fetchone``,

@@ -1,0 +1,370 @@
+"""The thread-store contract: the records, the ``ThreadStore`` / ``ThreadStoreFactory`` bases.
+
+This is where the contract is defined; import it from :mod:`roder_api.threads` (its public
+home, which also re-exports the store kit's helpers). It lives apart so that
+:mod:`roder_api.storekit` and :mod:`roder_api.codec` can import it without importing
+``roder_api.threads``, which imports the kit: no import cycle. Every public name here says
+``roder_api.threads`` in its ``__module__``, so pickles, reprs and docs name the public
+home, as they did before the split.
+
+Besides the records and the bases: thread-id validation, ``UNSET``, the lease types, the
+in-process leases behind the default :meth:`ThreadStore.lease`, and :func:`replay_start`,
+the one rule for where replay starts (the default :meth:`ThreadStore.replay_events` uses
+it; the kit re-exports it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from roder_api._record import Record, from_dict, register
+from roder_api.errors import (
+    InvalidThreadIdError,
+    ThreadBusyError,
+    ThreadNotFoundError,
+)
+from roder_api.events import (
+    Event,
+    JournalEvent,
+    is_boundary_event,
+)
+from roder_api.inference import TokenUsage
+from roder_api.transcript import TranscriptItem
+
+THREAD_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", re.ASCII)
+"""What a thread id must match, whole."""
+
+
+def validate_thread_id(thread_id: object) -> str:
+    """Return ``thread_id`` when it is valid; raise :class:`InvalidThreadIdError` otherwise."""
+    if not isinstance(thread_id, str) or THREAD_ID_PATTERN.fullmatch(thread_id) is None:
+        raise InvalidThreadIdError(thread_id)
+    return thread_id
+
+
+def replay_start(entries: Sequence[JournalEvent]) -> int:
+    """Return the index in ``entries`` of the last boundary event (0 when there is none)."""
+    for index in range(len(entries) - 1, -1, -1):
+        if is_boundary_event(entries[index].event):
+            return index
+    return 0
+
+
+def _usage(value: Any) -> TokenUsage:
+    return value if isinstance(value, TokenUsage) else from_dict(value)
+
+
+@register("thread_metadata", usage=_usage)
+@dataclass(frozen=True, slots=True)
+class ThreadMetadata(Record):
+    """What a listing shows of a thread, kept without reading its journal.
+
+    ``usage`` is the sum of every ``UsageUpdated`` in the journal, ``item_count`` the number
+    of ``ItemCompleted`` events, ``last_sequence`` the newest event's sequence (0: none).
+    ``extra`` is free-form JSON (for example ``forked_from``).
+    """
+
+    thread_id: str
+    created_at_ms: int
+    updated_at_ms: int
+    title: str | None = None
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    item_count: int = 0
+    last_sequence: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """The transcript items of one turn, in order."""
+
+    turn_id: str
+    items: tuple[TranscriptItem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadSnapshot:
+    """A thread's metadata and its whole history grouped by turn."""
+
+    metadata: ThreadMetadata
+    turns: tuple[Turn, ...]
+
+    @property
+    def items(self) -> list[TranscriptItem]:
+        """Return every transcript item of every turn, in order."""
+        return [item for turn in self.turns for item in turn.items]
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadPage:
+    """A page of threads, newest update first; pass ``next_cursor`` for the next page."""
+
+    threads: tuple[ThreadMetadata, ...]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EventPage:
+    """Journal events in ascending sequence order; ``next_before`` pages further back."""
+
+    events: tuple[JournalEvent, ...]
+    next_before: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHolder:
+    """Who holds a thread's lease: the owner's name, its process id and host, and since when."""
+
+    owner: str
+    pid: int
+    host: str
+    since_ms: int
+
+    @classmethod
+    def current(cls, owner: str) -> LeaseHolder:
+        """Return a holder for ``owner`` in this process, on this host, from now."""
+        return cls(owner, os.getpid(), socket.gethostname(), int(time.time() * 1000))
+
+    def describe(self) -> str:
+        """Return the holder in words: owner, pid, host and since when (UTC)."""
+        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.since_ms / 1000))
+        return f"{self.owner} (pid {self.pid} on {self.host}, since {since})"
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadLease:
+    """The right, held by one session at a time, to run turns on a thread."""
+
+    thread_id: str
+    holder: LeaseHolder
+
+
+class _ProcessLeases:
+    """The leases held in this process by stores that have no cross-process lease."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[tuple[int, str], LeaseHolder] = {}
+
+    def acquire(self, scope: int, thread_id: str, holder: LeaseHolder) -> None:
+        with self._lock:
+            current = self._held.get((scope, thread_id))
+            if current is not None:
+                raise ThreadBusyError(thread_id, current)
+            self._held[(scope, thread_id)] = holder
+
+    def release(self, scope: int, thread_id: str) -> None:
+        with self._lock:
+            self._held.pop((scope, thread_id), None)
+
+
+_PROCESS_LEASES = _ProcessLeases()
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+"""Marks an argument that was not given (as opposed to None)."""
+
+
+# --- the store contract ---------------------------------------------------------------------
+
+
+class ThreadStore(ABC):
+    """A thread store: per-thread append-only journals of events plus listable metadata.
+
+    Implementations must append a batch atomically and durably before returning, assign
+    consecutive sequence numbers from 1, validate thread ids with :func:`validate_thread_id`,
+    and be safe for many tasks (and, where stated, many processes) at once. Blocking work runs
+    off the event loop. ``roder_api.testing`` holds the conformance suite.
+    """
+
+    @abstractmethod
+    async def create_thread(self, metadata: ThreadMetadata) -> ThreadMetadata:
+        """Create a thread with ``metadata`` (title, times, extra); return what is stored.
+
+        Raise ``ThreadExistsError`` when the id is taken. Usage, counts and
+        ``last_sequence`` of ``metadata`` are ignored: they are folded from the journal.
+        """
+
+    @abstractmethod
+    async def get_thread(self, thread_id: str) -> ThreadMetadata:
+        """Return a thread's metadata; raise ``ThreadNotFoundError`` when it does not exist."""
+
+    async def thread_exists(self, thread_id: str) -> bool:
+        """Return True when the thread exists."""
+        try:
+            await self.get_thread(thread_id)
+        except ThreadNotFoundError:
+            return False
+        return True
+
+    @abstractmethod
+    async def update_thread(
+        self,
+        thread_id: str,
+        *,
+        title: str | None = UNSET,
+        extra: Mapping[str, Any] = UNSET,
+    ) -> ThreadMetadata:
+        """Change a thread's title and/or extra metadata; return the new metadata."""
+
+    @abstractmethod
+    async def append_events(
+        self,
+        thread_id: str,
+        events: Sequence[Event],
+        *,
+        expected_last_sequence: int | None = None,
+    ) -> list[JournalEvent]:
+        """Append ``events`` as one atomic, durable batch; return them as journaled.
+
+        With ``expected_last_sequence=N`` the batch is appended only if the thread's newest
+        event is still sequence N (0: the thread has no events), checked and written as one
+        step no other task, process or machine can get between; otherwise raise
+        ``SequenceConflictError`` (``.expected`` N, ``.actual`` the real last sequence,
+        see :func:`check_expected`) and write nothing. Raise ``UnserializableEventError``
+        (storing nothing) when an event cannot be serialised.
+        """
+
+    @abstractmethod
+    async def import_events(self, thread_id: str, entries: Sequence[JournalEvent]) -> None:
+        """Append journal events verbatim (same sequence numbers and times), atomically.
+
+        Raise ``SequenceConflictError`` unless they continue the journal consecutively.
+        """
+
+    @abstractmethod
+    async def read_events(
+        self, thread_id: str, *, after: int = 0, limit: int | None = None
+    ) -> list[JournalEvent]:
+        """Return the journal events with sequence above ``after``, in order."""
+
+    async def event_page(
+        self, thread_id: str, *, before: int | None = None, limit: int = 50
+    ) -> EventPage:
+        """Return up to ``limit`` events below ``before`` (newest when None), ascending."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        if before is None:
+            meta = await self.get_thread(thread_id)
+            before = meta.last_sequence + 1
+        after = max(0, before - 1 - limit)
+        events = [e for e in await self.read_events(thread_id, after=after) if e.sequence < before]
+        first = events[0].sequence if events else before
+        return EventPage(tuple(events), first if first > 1 else None)
+
+    async def replay_events(self, thread_id: str) -> list[JournalEvent]:
+        """Return the events from the last compaction boundary on (all when there is none)."""
+        entries = await self.read_events(thread_id)
+        return entries[replay_start(entries) :]
+
+    @abstractmethod
+    async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> ThreadPage:
+        """Return a page of threads, newest update first, with a stable cursor."""
+
+    @abstractmethod
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread and its journal; raise ``ThreadNotFoundError`` if it is absent."""
+
+    def lease(self, thread_id: str, *, owner: str) -> AbstractAsyncContextManager[ThreadLease]:
+        """Return a context manager that holds the thread's lease while it is entered.
+
+        One holder at a time: entering raises ``ThreadBusyError`` at once (naming the
+        holder) when another holds it. A holder that dies releases it without cleanup.
+        Appends never need the lease; sessions always take it.
+
+        The default holds the lease among the users of this store object only; stores
+        shared by processes (or machines) override it with an OS or database lock.
+        """
+        validate_thread_id(thread_id)
+        return self._process_lease(thread_id, owner)
+
+    @asynccontextmanager
+    async def _process_lease(self, thread_id: str, owner: str) -> AsyncIterator[ThreadLease]:
+        holder = LeaseHolder.current(owner)
+        _PROCESS_LEASES.acquire(id(self), thread_id, holder)
+        try:
+            yield ThreadLease(thread_id, holder)
+        finally:
+            _PROCESS_LEASES.release(id(self), thread_id)
+
+    async def thread_size_bytes(self, thread_id: str) -> int | None:
+        """Return the bytes a thread occupies in the store, or None when the store cannot tell.
+
+        Used by ``roder threads prune`` to say how much space deleting frees. The default
+        returns None (the command then estimates from the serialised journal); raise
+        ``ThreadNotFoundError`` when the thread does not exist.
+        """
+        await self.get_thread(thread_id)
+        return None
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook with a no-op default
+        """Release the store's resources; the default does nothing."""
+
+    async def __aenter__(self) -> ThreadStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class ThreadStoreFactory(ABC):
+    """Opens thread stores of one backend; registered under ``id``."""
+
+    id: str = ""
+
+    @abstractmethod
+    async def open(self) -> ThreadStore:
+        """Return an open store; raise a ``StoreError`` with advice when it cannot be opened."""
+
+    def describe(self) -> str:
+        """Return a one-line description of where this factory stores threads."""
+        return self.id
+
+
+# The public home of each name (see the module doc); the codec's type tags do not depend on
+# it (``register`` keys on the tag), pickles and reprs do.
+for _public in (
+    EventPage,
+    LeaseHolder,
+    ThreadLease,
+    ThreadMetadata,
+    ThreadPage,
+    ThreadSnapshot,
+    ThreadStore,
+    ThreadStoreFactory,
+    Turn,
+    validate_thread_id,
+):
+    _public.__module__ = "roder_api.threads"
+replay_start.__module__ = "roder_api.storekit._fold"
+del _public
+
+__all__ = [
+    "EventPage",
+    "LeaseHolder",
+    "THREAD_ID_PATTERN",
+    "ThreadLease",
+    "ThreadMetadata",
+    "ThreadPage",
+    "ThreadSnapshot",
+    "ThreadStore",
+    "ThreadStoreFactory",
+    "Turn",
+    "UNSET",
+    "replay_start",
+    "validate_thread_id",
+]
