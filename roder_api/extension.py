@@ -2,15 +2,15 @@
 
 ``ExtensionRegistryBuilder`` takes registrations directly (tests, scripts) and from installed
 distributions' entry points in the ``roder`` group; ``build()`` returns an immutable
-``ExtensionRegistry``. The builder is the only code that calls hooks.
+``ExtensionRegistry``. The builder is the only code that calls hooks. Where plugins come
+from (the entry-point group, ``RODER_PLUGINS``, importing each with a deadline) is in
+``roder_api._plugin_loading``; its public names are importable from here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.metadata
-import os
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -20,6 +20,16 @@ import pluggy
 
 from roder_api import hookspecs
 from roder_api._markers import PROJECT_NAME
+from roder_api._plugin_loading import (
+    DEFAULT_IMPORT_TIMEOUT_S,
+    ENTRY_POINT_GROUP,
+    IMPORT_TIMEOUT_ENV,
+    NOT_INSTALLED,
+    PLUGINS_ENV,
+    import_timeout_s,
+    load_with_deadline,
+    plugin_names_from_env,
+)
 from roder_api.errors import (
     DuplicateRegistrationError,
     MisconfiguredPluginError,
@@ -32,21 +42,6 @@ from roder_api.errors import (
 from roder_api.inference import InferenceEngine
 from roder_api.threads import ThreadStoreFactory
 from roder_api.tools import Tool, check_tool_name
-
-ENTRY_POINT_GROUP = PROJECT_NAME
-"""The entry-point group plugins declare themselves in."""
-
-PLUGINS_ENV = "RODER_PLUGINS"
-"""Environment variable: a comma list of plugin names to load; empty loads none."""
-
-NOT_INSTALLED = "not installed"
-"""How ``PluginInfo.error`` starts for a name in ``RODER_PLUGINS`` that no plugin has."""
-
-IMPORT_TIMEOUT_ENV = "RODER_PLUGIN_IMPORT_TIMEOUT"
-"""Environment variable: seconds a plugin's import may take before it is reported failed."""
-
-DEFAULT_IMPORT_TIMEOUT_S = 60.0
-"""How long a plugin's import may take by default (generous: some import heavy libraries)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,15 +72,6 @@ class PluginInfo:
             "misconfigured": dict(self.misconfigured),
             "error": self.error,
         }
-
-
-def plugin_names_from_env(environ: Mapping[str, str] | None = None) -> frozenset[str] | None:
-    """Return the plugin names ``RODER_PLUGINS`` allows (None: unset, load all)."""
-    env = os.environ if environ is None else environ
-    raw = env.get(PLUGINS_ENV)
-    if raw is None:
-        return None
-    return frozenset(name.strip() for name in raw.split(",") if name.strip())
 
 
 @dataclass(frozen=True)
@@ -279,7 +265,7 @@ class ExtensionRegistryBuilder:
         version = dist.version if dist is not None else None
         dist_name = dist.metadata["Name"] if dist is not None else None
         try:
-            module = _load_with_deadline(ep, import_timeout_s())
+            module = load_with_deadline(ep, import_timeout_s())
         except BaseException as exc:  # noqa: BLE001 - a plugin's import may raise anything
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -419,51 +405,6 @@ class ExtensionRegistryBuilder:
             tool_conflicts=MappingProxyType(dict(self._tool_conflicts)),
             misconfigured=MappingProxyType(dict(self._misconfigured)),
         )
-
-
-def import_timeout_s(environ: Mapping[str, str] | None = None) -> float:
-    """Return the plugin import deadline: ``RODER_PLUGIN_IMPORT_TIMEOUT`` or 60 seconds."""
-    env = os.environ if environ is None else environ
-    raw = env.get(IMPORT_TIMEOUT_ENV)
-    if raw:
-        try:
-            value = float(raw)
-        except ValueError:
-            value = 0.0
-        if value > 0 and value == value:  # not NaN
-            return value
-    return DEFAULT_IMPORT_TIMEOUT_S
-
-
-def _load_with_deadline(ep: importlib.metadata.EntryPoint, timeout: float) -> Any:
-    """Return ``ep.load()``, or raise ``TimeoutError`` when it takes longer than ``timeout``.
-
-    The import runs in a daemon thread so that a plugin that hangs at import (a network call,
-    a lock, a bug) is reported as failed instead of hanging ``roder`` and every program that
-    loads plugins. A hung import cannot be stopped: its thread is left behind, daemonic, and
-    the plugin registers nothing. Whatever the import raises (even ``SystemExit``) is raised
-    here, in the caller's thread.
-    """
-    outcome: list[Any] = []
-    failure: list[BaseException] = []
-
-    def load() -> None:
-        try:
-            outcome.append(ep.load())
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
-            failure.append(exc)
-
-    thread = threading.Thread(target=load, name=f"roder-plugin-import-{ep.name}", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise TimeoutError(
-            f"importing {ep.value!r} did not finish within {timeout:g} s "
-            f"(raise {IMPORT_TIMEOUT_ENV} if it is only slow)"
-        )
-    if failure:
-        raise failure[0]
-    return outcome[0]
 
 
 def _collector(target: list[Any], kind: type) -> Callable[[Any], None]:

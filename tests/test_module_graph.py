@@ -183,3 +183,8 @@ def test_no_runtime_module_uses_another_modules_private_names() -> None:
 def test_the_turn_machinery_stays_readable(module: str) -> None:
     lines = (REPO / "roder_runtime" / module).read_text(encoding="utf-8").count("\n")
     assert lines <= 400, f"{module} has {lines} lines; split it along a seam"
+
+
+def test_no_module_is_over_500_lines() -> None:
+    sizes = {name: path.read_text(encoding="utf-8").count("\n") for name, path in modules().items()}
+    assert {name: lines for name, lines in sizes.items() if lines > 500} == {}
