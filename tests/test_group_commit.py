@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from roder_api.errors import StoppedError
 from roder_api.storekit import GroupCommit
 
 pytestmark = pytest.mark.anyio
@@ -119,18 +120,44 @@ async def test_a_cancelled_caller_does_not_stop_the_batch_it_is_in() -> None:
     assert sorted(written) == [1, 2, 3, 4]  # the cancelled caller's item was still written
 
 
-async def test_writes_run_off_the_event_loop_on_the_given_limiter() -> None:
-    limiter = anyio.CapacityLimiter(1)
+async def test_writes_run_off_the_event_loop_one_batch_at_a_time_on_one_thread() -> None:
     loop_thread = threading.get_ident()
-    seen: list[tuple[int, int]] = []
+    seen: list[int] = []
+    running = 0
+    overlapped = False
 
     def write(items: list[int]) -> Sequence[int | BaseException]:
-        seen.append((threading.get_ident(), int(limiter.borrowed_tokens)))
+        nonlocal running, overlapped
+        running += 1
+        overlapped = overlapped or running > 1
+        seen.append(threading.get_ident())
         time.sleep(0.001)
+        running -= 1
         return list(items)
 
-    group: GroupCommit[int, int] = GroupCommit(write, limiter=limiter)
-    async with anyio.create_task_group() as tg:
-        for item in range(5):
-            tg.start_soon(group.submit, item)
-    assert seen and all(thread != loop_thread and borrowed == 1 for thread, borrowed in seen)
+    group: GroupCommit[int, int] = GroupCommit(write)
+    for _ in range(3):
+        async with anyio.create_task_group() as tg:
+            for item in range(20):
+                tg.start_soon(group.submit, item)
+    assert seen and not overlapped
+    assert loop_thread not in seen and len(set(seen)) == 1  # the committer thread
+
+
+async def test_close_writes_what_was_handed_over_then_ends_the_committer() -> None:
+    written: list[int] = []
+    committer: list[threading.Thread] = []
+
+    def write(items: list[int]) -> Sequence[int | BaseException]:
+        committer.append(threading.current_thread())
+        written.extend(items)
+        return list(items)
+
+    group: GroupCommit[int, int] = GroupCommit(write)
+    assert await group.submit(1) == 1
+    assert committer[0].is_alive()  # it waits for the next batch
+    await anyio.to_thread.run_sync(group.close)
+    assert not committer[0].is_alive()
+    with pytest.raises(StoppedError, match="closed"):
+        await group.submit(2)
+    assert written == [1]

@@ -139,7 +139,9 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
         return result
 
     def close_sync(self) -> None:
-        """Stop the sync workers, make the index durable, end the session."""
+        """Stop the committer and the sync workers, make the index durable, end the session."""
+        if self._group is not None:
+            self._group.close()  # what it was handed is written first
         self._writer.close()
         self._core.close()
 
