@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from roder_api.codec import dumps as codec_dumps
-from roder_api.errors import ThreadNotFoundError
+from roder_api.errors import SequenceConflictError, ThreadNotFoundError
 from roder_api.threads import (
     ThreadMetadata,
     ThreadStore,
@@ -108,6 +108,16 @@ async def fork_thread(
 
     The events are imported verbatim (same sequence numbers and times); the source is only
     read. The fork's ``extra`` is the source's plus ``forked_from`` ``{thread_id, sequence}``.
+
+    Why ``import_events`` and not ``append_events(..., expected_last_sequence=0)``: a fork
+    keeps the source's times (DESIGN.md, docs/concepts.md), and an append stamps new ones.
+    The import is the conditional write here: events 1..N continue the fork's journal only
+    while it is empty, and the store checks that and writes as one step (the same check
+    and lock as a conditional append), raising ``SequenceConflictError`` and writing nothing
+    otherwise. The read needs no condition: journals are append-only, so events 1..N of the
+    source are final whatever is appended meanwhile. If someone else wrote to the new
+    thread first, the fork is left as it is (their events were acknowledged) and the
+    command says so; any other failure deletes the half-made fork.
     """
     store = await runtime.store()
     source = await store.get_thread(source_id)
@@ -132,6 +142,12 @@ async def fork_thread(
     try:
         if entries:
             await store.import_events(fork.thread_id, entries)
+    except SequenceConflictError as exc:
+        raise CommandError(
+            f"thread {fork.thread_id} was written to during the fork by someone else; "
+            f"nothing was copied and it is left as it is (inspect it with `roder threads "
+            f"show {fork.thread_id}`), then fork again"
+        ) from exc
     except BaseException:
         # Leave no half-made fork behind.
         try:
