@@ -10,6 +10,8 @@ import pytest
 MODULES = [
     "roder_api",
     "roder_api.codec",
+    "roder_api.enginekit",
+    "roder_api.enginekit.httpx_client",
     "roder_api.errors",
     "roder_api.events",
     "roder_api.extension",
@@ -25,6 +27,7 @@ MODULES = [
     "roder_sqlite_thread_store",
     "roder_postgres_thread_store",
     "roder_openai",
+    "roder_anthropic",
     "roder_mcp",
 ]
 

@@ -25,8 +25,8 @@ from roder_anthropic._settings import (
     AnthropicSettings,
     AnthropicSettingsError,
 )
-from roder_anthropic._sse import ServerSentEvent, SSEDecoder, aiter_sse
 from roder_anthropic._stream import HANDLED_EVENTS, MessageStreamState, anthropic_usage
+from roder_api.enginekit import ServerSentEvent, SSEDecoder, aiter_sse
 
 __version__ = "0.1.0"
 

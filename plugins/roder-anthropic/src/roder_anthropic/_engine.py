@@ -16,15 +16,14 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
-import anyio
 import httpx
-import orjson
 
-from roder_anthropic._errors import failure_for_exception, failure_for_status
+from roder_anthropic._errors import failure_for_status
 from roder_anthropic._replay import anthropic_messages, ends_with_unanswered_call
 from roder_anthropic._settings import AnthropicSettings
-from roder_anthropic._sse import aiter_sse
 from roder_anthropic._stream import MessageStreamState, anthropic_usage, message_events
+from roder_api.enginekit import check_fits, text_characters
+from roder_api.enginekit.httpx_client import HttpxClient
 from roder_api.inference import (
     AgentInferenceRequest,
     Completed,
@@ -53,32 +52,8 @@ AUTO_THRESHOLD_FRACTION = 0.8
 MIN_COMPACT_THRESHOLD = 50_000
 """The smallest trigger the API accepts for in-turn compaction."""
 
-MAX_ERROR_BODY = 64 * 1024
-"""How much of an error answer's body is kept to explain the failure."""
-
-SETTLE_SECONDS = 1.0
-"""How long the end of a body is awaited after the stream's last event."""
-
-CHARS_PER_TOKEN_ESTIMATE = 4
-"""Characters per token for the size reported when input is refused as too large."""
-
-CHARS_PER_TOKEN_BOUND = 6
-"""Characters per token for the refusal itself: only input that certainly cannot fit is
-refused (dense text has fewer characters per token, not more)."""
-
 OPAQUE_KEYS = frozenset({"type", "role", "id", "tool_use_id", "signature", "data"})
 """Message keys whose values are not text the model reads (left out of the size check)."""
-
-
-def text_characters(value: Any) -> int:
-    """Return how many characters of text a request's ``messages`` (or any JSON) hold."""
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, Mapping):
-        return sum(text_characters(v) for k, v in value.items() if k not in OPAQUE_KEYS)
-    if isinstance(value, list):
-        return sum(text_characters(v) for v in value)
-    return 0
 
 
 def anthropic_tool(tool: ToolSpec) -> dict[str, Any]:
@@ -109,8 +84,15 @@ class AnthropicEngine(InferenceEngine):
         if id is not None:
             self.id = id
         self.settings = settings if settings is not None else AnthropicSettings()
-        self._transport = transport
-        self._client: httpx.AsyncClient | None = None
+        self._http = HttpxClient(
+            base_url=self.settings.base_url,
+            timeout=self.settings.timeout,
+            connect_timeout=self.settings.connect_timeout,
+            read_timeout=self.settings.read_timeout,
+            user_agent="roder-anthropic/0.1",
+            status_failure=failure_for_status,
+            transport=transport,
+        )
 
     def __repr__(self) -> str:
         # The key is never an attribute, so nothing here can print it.
@@ -120,23 +102,11 @@ class AnthropicEngine(InferenceEngine):
 
     def client(self) -> httpx.AsyncClient:
         """Return the engine's HTTP client, made on first use."""
-        if self._client is None:
-            settings = self.settings
-            self._client = httpx.AsyncClient(
-                base_url=settings.base_url + "/",
-                transport=self._transport,
-                timeout=httpx.Timeout(
-                    settings.timeout, connect=settings.connect_timeout, read=settings.read_timeout
-                ),
-                headers={"user-agent": "roder-anthropic/0.1"},
-            )
-        return self._client
+        return self._http.client()
 
     async def aclose(self) -> None:
         """Close the HTTP client (a new one is made if the engine is used again)."""
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
+        await self._http.aclose()
 
     def request_headers(
         self, *, stream: bool, betas: Sequence[str] = ()
@@ -165,65 +135,11 @@ class AnthropicEngine(InferenceEngine):
         read as the equivalent whole message.
         """
         headers, key = self.request_headers(stream=True, betas=betas)
-        client = self.client()
-        request = client.build_request(
-            "POST", "v1/messages", content=orjson.dumps(body), headers=headers
-        )
-        try:
-            response = await client.send(request, stream=True)
-        except httpx.HTTPError as error:
-            raise failure_for_exception(error, streaming=False) from None
-        final: list[InferenceEvent] = []
         state = MessageStreamState(key)
-        try:
-            if response.status_code >= 300:
-                try:
-                    error_body = (await response.aread())[:MAX_ERROR_BODY]
-                except httpx.HTTPError:
-                    error_body = b""
-                raise failure_for_status(response.status_code, response.headers, error_body, key)
-            if response.headers.get("content-type", "").startswith("application/json"):
-                final = message_events(await self._read_json(response), key)
-            else:
-                chunks = response.aiter_bytes()
-                try:
-                    async with aclosing(aiter_sse(chunks)) as events:
-                        async for sse in events:
-                            produced = state.handle(sse)
-                            if state.finished:
-                                final = produced
-                                break
-                            for event in produced:
-                                yield event
-                except httpx.HTTPError as error:
-                    await _settle(chunks, 0)
-                    raise failure_for_exception(error, streaming=True) from None
-                except BaseException:
-                    await _settle(chunks, 0)
-                    raise
-                await _settle(chunks, SETTLE_SECONDS)
-                if not state.finished:
-                    raise ProviderFailure(
-                        ProviderFailureKind.STREAM_INTERRUPTED,
-                        "the response stream ended before message_stop",
-                    )
-        finally:
-            await response.aclose()
-        for event in final:
-            yield event
-
-    async def _read_json(self, response: httpx.Response) -> Mapping[str, Any]:
-        try:
-            data = orjson.loads(await response.aread())
-        except (httpx.HTTPError, orjson.JSONDecodeError):
-            raise ProviderFailure(
-                ProviderFailureKind.OTHER, "the server answered with JSON that cannot be read"
-            ) from None
-        if not isinstance(data, dict) or data.get("type") not in (None, "message"):
-            raise ProviderFailure(
-                ProviderFailureKind.OTHER, "the server answered with JSON that is not a message"
-            )
-        return data
+        stream = self._http.stream_events("v1/messages", body, headers, key, state, "message_stop")
+        async with aclosing(stream) as events:
+            async for event in events:
+                yield event
 
     async def request_json(
         self,
@@ -234,26 +150,7 @@ class AnthropicEngine(InferenceEngine):
     ) -> Any:
         """Return the JSON answer of a non-streamed request; raise ``ProviderFailure``."""
         headers, key = self.request_headers(stream=False, betas=betas)
-        try:
-            response = await self.client().request(
-                method,
-                path,
-                content=orjson.dumps(body) if body is not None else None,
-                headers=headers,
-            )
-        except httpx.HTTPError as error:
-            raise failure_for_exception(error, streaming=False) from None
-        if response.status_code >= 300:
-            raise failure_for_status(
-                response.status_code, response.headers, response.content[:MAX_ERROR_BODY], key
-            )
-        try:
-            return orjson.loads(response.content)
-        except orjson.JSONDecodeError:
-            raise ProviderFailure(
-                ProviderFailureKind.OTHER,
-                f"the server answered {method} {path} with something that is not JSON",
-            ) from None
+        return await self._http.request_json(method, path, body, headers, key)
 
     # --- models ----------------------------------------------------------------------------
 
@@ -306,16 +203,8 @@ class AnthropicEngine(InferenceEngine):
         window = self.context_window_for(model)
         if not window or self.compact_threshold_for(model) is not None:
             return
-        characters = text_characters(body["messages"]) + len(str(body.get("system") or ""))
-        if characters // CHARS_PER_TOKEN_BOUND <= window:
-            return
-        estimate = -(-characters // CHARS_PER_TOKEN_ESTIMATE)
-        raise ProviderFailure(
-            ProviderFailureKind.CONTEXT_WINDOW_EXCEEDED,
-            f"the request is about {estimate} tokens ({characters} characters of text), more "
-            f"than the context window of model {model!r} ({window} tokens); nothing was sent. "
-            "Shorten the message, or compact or start a new thread",
-        )
+        characters = text_characters(body["messages"], OPAQUE_KEYS)
+        check_fits(model, window, characters + len(str(body.get("system") or "")))
 
     def compact_threshold_for(self, model: str) -> int | None:
         """Return the in-turn compaction trigger in tokens (None: no in-turn compaction)."""
@@ -428,18 +317,3 @@ class AnthropicEngine(InferenceEngine):
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-async def _settle(chunks: AsyncIterator[bytes], seconds: float) -> None:
-    """Run httpx's body iterator to its end, for at most ``seconds``.
-
-    Closing only the outer generator leaves httpx's inner ones suspended (trio warns when
-    they are collected); reading on lets them finish, at the end of the body or with the
-    cancellation of the deadline.
-    """
-    with anyio.move_on_after(seconds):
-        try:
-            async for _ in chunks:
-                pass
-        except httpx.HTTPError:
-            pass

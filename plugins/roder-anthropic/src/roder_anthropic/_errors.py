@@ -1,20 +1,33 @@
-"""Anthropic errors mapped to ``ProviderFailure``: HTTP statuses, error types, retry hints."""
+"""Anthropic errors mapped to ``ProviderFailure``: HTTP statuses, error types, retry hints.
+
+The mapping itself is the engine kit's (``roder_api.enginekit.error_failure``); what is
+Anthropic's here is the error body's shape, its ``error.type`` values and the phrases of a
+context-window error.
+"""
 
 from __future__ import annotations
 
-import email.utils
-import re
-import time
 from collections.abc import Mapping
 from typing import Any
 
 import httpx
 import orjson
 
+from roder_api.enginekit import error_failure, parse_retry_after, redact
+from roder_api.enginekit.httpx_client import failure_for_exception
 from roder_api.inference import ProviderFailure, ProviderFailureKind
 
-_KEY_PATTERN = re.compile(r"\bsk-ant-[A-Za-z0-9_\-*.]{4,}|\b(?:sk|rk|pk)-[A-Za-z0-9_\-*.]{4,}")
-"""Things that look like API keys (also the masked ones some proxies echo back)."""
+__all__ = [
+    "ERROR_KINDS",
+    "error_details",
+    "error_of",
+    "failure_for_error",
+    "failure_for_exception",
+    "failure_for_status",
+    "is_context_error",
+    "redact",
+    "retry_after_seconds",
+]
 
 ERROR_KINDS: Mapping[str, ProviderFailureKind] = {
     "overloaded_error": ProviderFailureKind.OVERLOADED,
@@ -40,27 +53,9 @@ _CONTEXT_PHRASES = (
 """What an invalid-request message says when the input is over the model's window."""
 
 
-def redact(text: str, key: str | None) -> str:
-    """Return ``text`` with the API key, and anything shaped like a key, blanked out."""
-    if key:
-        text = text.replace(key, "[redacted]")
-    return _KEY_PATTERN.sub("[redacted]", text)
-
-
 def retry_after_seconds(headers: httpx.Headers, now: float | None = None) -> float | None:
     """Return the server's ``retry-after`` hint in seconds (a number or an HTTP date)."""
-    after = headers.get("retry-after")
-    if after is None:
-        return None
-    try:
-        value = float(after)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(after)
-        except (TypeError, ValueError):
-            return None
-        return max(0.0, when.timestamp() - (time.time() if now is None else now))
-    return value if value >= 0 else None
+    return parse_retry_after(headers.get("retry-after"), now)
 
 
 def error_details(body: bytes) -> tuple[str | None, str]:
@@ -95,29 +90,19 @@ def failure_for_error(
     status: int | None = None,
     retry_after: float | None = None,
 ) -> ProviderFailure:
-    """Return the failure for an Anthropic error (an HTTP answer or a stream ``error``)."""
-    said = redact(message, key) or (httpx.codes.get_reason_phrase(status) if status else "error")
-    text = (f"HTTP {status}" if status else "the stream reported an error") + (
-        f" ({kind})" if kind else ""
+    """Return the failure for an Anthropic error (an HTTP answer or a stream ``error``).
+
+    The error's ``type`` decides the kind (:data:`ERROR_KINDS`), else the status does.
+    """
+    return error_failure(
+        status,
+        message,
+        key,
+        code=kind,
+        kind=ERROR_KINDS.get(kind or ""),
+        context_exceeded=is_context_error(message),
+        retry_after=retry_after,
     )
-    text += f": {said}"
-    failure_kind = ERROR_KINDS.get(kind or "")
-    if failure_kind is None:
-        if status == 429:
-            failure_kind = ProviderFailureKind.RATE_LIMITED
-        elif status is not None and status >= 500:
-            failure_kind = ProviderFailureKind.OVERLOADED  # 529 is Anthropic's "overloaded"
-        elif status in (401, 403):
-            failure_kind = ProviderFailureKind.AUTHENTICATION
-        elif status is not None and status >= 300:
-            failure_kind = ProviderFailureKind.INVALID_REQUEST
-        else:
-            failure_kind = ProviderFailureKind.OTHER
-    if failure_kind is ProviderFailureKind.INVALID_REQUEST and is_context_error(message):
-        failure_kind = ProviderFailureKind.CONTEXT_WINDOW_EXCEEDED
-    if not failure_kind.retryable:
-        retry_after = None
-    return ProviderFailure(failure_kind, text, retry_after=retry_after)
 
 
 def failure_for_status(
@@ -128,20 +113,3 @@ def failure_for_status(
     return failure_for_error(
         kind, message, key, status=status, retry_after=retry_after_seconds(headers)
     )
-
-
-def failure_for_exception(error: httpx.HTTPError, *, streaming: bool) -> ProviderFailure:
-    """Return the failure for a transport error; ``streaming``: after the answer began."""
-    name = type(error).__name__
-    if isinstance(error, httpx.TimeoutException):
-        return ProviderFailure(ProviderFailureKind.TIMEOUT, f"the request timed out ({name})")
-    if streaming:
-        return ProviderFailure(
-            ProviderFailureKind.STREAM_INTERRUPTED,
-            f"the response stream was cut before it completed ({name})",
-        )
-    if isinstance(error, (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError)):
-        return ProviderFailure(
-            ProviderFailureKind.NETWORK, f"could not reach the server ({name}: {error})"
-        )
-    return ProviderFailure(ProviderFailureKind.OTHER, f"HTTP client error ({name}: {error})")

@@ -23,6 +23,14 @@ from typing import Any
 
 import orjson
 
+from roder_api.enginekit import (
+    SUMMARY_PREFIX,
+    content_text,
+    ends_with_unanswered_call,
+    kept_entry,
+    paired_tool_ids,
+    split_at_boundary,
+)
 from roder_api.transcript import (
     AssistantMessage,
     ContextCompaction,
@@ -32,16 +40,23 @@ from roder_api.transcript import (
     ToolResultRecord,
     TranscriptItem,
     UserMessage,
-    is_compaction_boundary,
-    last_compaction_boundary_index,
     native_compaction_items,
 )
 
+__all__ = [
+    "PROVIDER",
+    "SUMMARY_PREFIX",
+    "THINKING_TYPES",
+    "anthropic_messages",
+    "block_metadata",
+    "compaction_boundary",
+    "ends_with_unanswered_call",
+    "kept_block",
+    "tool_input",
+]
+
 PROVIDER = "anthropic"
 """``ProviderMetadata.data["provider"]`` of the items this plugin keeps."""
-
-SUMMARY_PREFIX = "Summary of the conversation so far:\n\n"
-"""What precedes a local compaction summary when it is replayed as a user message."""
 
 THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
 """Content blocks that are kept verbatim and replayed in front of their reply."""
@@ -68,13 +83,7 @@ def compaction_boundary(
 
 def kept_block(item: object) -> Mapping[str, Any] | None:
     """Return the content block kept in ``item`` by this plugin, or None."""
-    if not isinstance(item, ProviderMetadata) or is_compaction_boundary(item):
-        return None
-    data = item.data
-    if not isinstance(data, Mapping) or data.get("provider") != PROVIDER:
-        return None
-    block = data.get("block")
-    return block if isinstance(block, Mapping) and isinstance(block.get("type"), str) else None
+    return kept_entry(item, PROVIDER, "block")
 
 
 def tool_input(arguments: str) -> dict[str, Any]:
@@ -130,35 +139,18 @@ def _boundary(builder: _Builder, boundary: TranscriptItem | None) -> None:
     for entry in compacted if isinstance(compacted, Sequence) else ():
         if not isinstance(entry, Mapping) or entry.get("role") not in ("user", "assistant"):
             continue
-        text = _content_text(entry.get("content"))
+        text = content_text(entry.get("content"))
         if text:
             role = str(entry["role"])
             (builder.user if role == "user" else builder.reply)({"type": "text", "text": text})
 
 
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        return "".join(
-            str(part.get("text", ""))
-            for part in content
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
-        )
-    return ""
-
-
 def anthropic_messages(transcript: Sequence[TranscriptItem]) -> list[dict[str, Any]]:
     """Return the ``messages`` of a replay transcript (see the module docstring)."""
-    items = list(transcript)
-    index = last_compaction_boundary_index(items)
+    boundary, items = split_at_boundary(transcript)
     builder = _Builder()
-    if index is not None:
-        _boundary(builder, items[index])
-        items = items[index + 1 :]
-    calls = {i.id for i in items if isinstance(i, ToolCallRecord)}
-    results = {i.id for i in items if isinstance(i, ToolResultRecord)}
-    paired = calls & results
+    _boundary(builder, boundary)
+    paired = paired_tool_ids(items)
     for item in items:
         block = kept_block(item)
         if block is not None:
@@ -203,20 +195,3 @@ def _results_first(messages: list[dict[str, Any]]) -> None:
         if message["role"] == "user":
             content = message["content"]
             content.sort(key=lambda block: 0 if block.get("type") == "tool_result" else 1)
-
-
-def ends_with_unanswered_call(transcript: Sequence[TranscriptItem]) -> bool:
-    """Return True when the history's last tool call has no result after it."""
-    items = list(transcript)
-    index = last_compaction_boundary_index(items)
-    if index is not None:
-        items = items[index + 1 :]
-    answered: set[str] = set()
-    for item in reversed(items):
-        if isinstance(item, ToolResultRecord):
-            answered.add(item.id)
-        elif isinstance(item, ToolCallRecord):
-            return item.id not in answered
-        elif isinstance(item, (UserMessage, AssistantMessage)):
-            return False
-    return False

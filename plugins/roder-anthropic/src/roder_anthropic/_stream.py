@@ -22,7 +22,7 @@ import orjson
 
 from roder_anthropic._errors import error_of, failure_for_error
 from roder_anthropic._replay import block_metadata, compaction_boundary
-from roder_anthropic._sse import ServerSentEvent
+from roder_api.enginekit import ServerSentEvent, event_json
 from roder_api.inference import (
     Completed,
     Failed,
@@ -116,6 +116,7 @@ class MessageStreamState:
         self.response_id: str | None = None
         self.stop_reason: str | None = None
         self.finished = False
+        self.failure: ProviderFailure | None = None  # errors are raised from handle()
         self._blocks: dict[int, _Block] = {}
         self._usage: dict[str, Any] = {}
         self._billed = TokenUsage()
@@ -124,13 +125,7 @@ class MessageStreamState:
 
     def handle(self, sse: ServerSentEvent) -> list[InferenceEvent]:
         """Return the inference events for one server-sent event."""
-        try:
-            data = orjson.loads(sse.data)
-        except orjson.JSONDecodeError:
-            raise ProviderFailure(
-                ProviderFailureKind.OTHER,
-                f"the server sent an event that is not JSON ({sse.event})",
-            ) from None
+        data = event_json(sse)
         if not isinstance(data, dict):
             return []
         kind = str(data.get("type") or sse.event)
@@ -150,6 +145,15 @@ class MessageStreamState:
             error_kind, message = error_of(data)
             raise failure_for_error(error_kind, message, self._key)
         return []  # ping, and events newer than this engine
+
+    def answer(self, data: Any) -> list[InferenceEvent]:
+        """Return the events of a whole message sent as JSON to a streamed request; finish."""
+        if not isinstance(data, dict) or data.get("type") not in (None, "message"):
+            raise ProviderFailure(
+                ProviderFailureKind.OTHER, "the server answered with JSON that is not a message"
+            )
+        self.finished = True
+        return message_events(data, self._key)
 
     def _message_start(self, data: dict[str, Any]) -> list[InferenceEvent]:
         message = data.get("message")

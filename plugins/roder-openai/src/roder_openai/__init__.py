@@ -10,6 +10,7 @@ Both take :class:`EngineSettings` (from an ``[engines.<id>]`` table) and an opti
 
 from __future__ import annotations
 
+from roder_api.enginekit import ServerSentEvent, SSEDecoder, aiter_sse
 from roder_openai._chat import ChatStreamState, OpenAIChatEngine, chat_usage
 from roder_openai._http import failure_for_status, redact, retry_after_seconds
 from roder_openai._replay import chat_messages, responses_input
@@ -25,7 +26,6 @@ from roder_openai._settings import (
     EngineSettings,
     OpenAISettingsError,
 )
-from roder_openai._sse import ServerSentEvent, SSEDecoder, aiter_sse
 
 __version__ = "0.1.0"
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from roder_api.enginekit import ServerSentEvent
 from roder_api.inference import (
     AgentInferenceRequest,
     Completed,
@@ -36,7 +37,6 @@ from roder_openai._http import (
     text_characters,
 )
 from roder_openai._replay import chat_messages
-from roder_openai._sse import ServerSentEvent
 
 FAILED_FINISH_REASONS = frozenset({"length", "content_filter"})
 """Finish reasons that mean the reply is not whole: the turn ends with ``Failed``."""

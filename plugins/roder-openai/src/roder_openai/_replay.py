@@ -23,6 +23,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from roder_api.enginekit import (
+    SUMMARY_PREFIX,
+    content_text,
+    ends_with_unanswered_call,
+    kept_entry,
+    paired_tool_ids,
+    split_at_boundary,
+)
 from roder_api.transcript import (
     AssistantMessage,
     ContextCompaction,
@@ -32,16 +40,28 @@ from roder_api.transcript import (
     ToolResultRecord,
     TranscriptItem,
     UserMessage,
-    is_compaction_boundary,
-    last_compaction_boundary_index,
     native_compaction_items,
 )
 
+__all__ = [
+    "PROVIDER",
+    "SUMMARY_PREFIX",
+    "assistant_message",
+    "boundary_input",
+    "chat_messages",
+    "ends_with_unanswered_call",
+    "function_call_metadata",
+    "kept_item",
+    "paired_tool_ids",
+    "reasoning_metadata",
+    "replayable_reasoning",
+    "responses_input",
+    "split_at_boundary",
+    "user_message",
+]
+
 PROVIDER = "openai"
 """``ProviderMetadata.data["provider"]`` of the items this plugin keeps."""
-
-SUMMARY_PREFIX = "Summary of the conversation so far:\n\n"
-"""What precedes a local compaction summary when it is replayed as a user message."""
 
 
 def reasoning_metadata(item: Mapping[str, Any]) -> ProviderMetadata:
@@ -56,24 +76,7 @@ def function_call_metadata(item: Mapping[str, Any]) -> ProviderMetadata:
 
 def kept_item(item: object) -> Mapping[str, Any] | None:
     """Return the Responses item kept in ``item`` by this plugin, or None."""
-    if not isinstance(item, ProviderMetadata) or is_compaction_boundary(item):
-        return None
-    data = item.data
-    if not isinstance(data, Mapping) or data.get("provider") != PROVIDER:
-        return None
-    kept = data.get("item")
-    return kept if isinstance(kept, Mapping) and isinstance(kept.get("type"), str) else None
-
-
-def split_at_boundary(
-    transcript: Sequence[TranscriptItem],
-) -> tuple[TranscriptItem | None, list[TranscriptItem]]:
-    """Return the last compaction boundary (or None) and the items after it."""
-    items = list(transcript)
-    index = last_compaction_boundary_index(items)
-    if index is None:
-        return None, items
-    return items[index], items[index + 1 :]
+    return kept_entry(item, PROVIDER, "item")
 
 
 def boundary_input(boundary: TranscriptItem | None) -> list[dict[str, Any]]:
@@ -102,13 +105,6 @@ def assistant_message(text: str) -> dict[str, Any]:
         "role": "assistant",
         "content": [{"type": "output_text", "text": text}],
     }
-
-
-def paired_tool_ids(items: Sequence[TranscriptItem]) -> set[str]:
-    """Return the ids of tool calls that have both their call and their result."""
-    calls = {i.id for i in items if isinstance(i, ToolCallRecord)}
-    results = {i.id for i in items if isinstance(i, ToolResultRecord)}
-    return calls & results
 
 
 def replayable_reasoning(item: Mapping[str, Any]) -> bool:
@@ -184,33 +180,7 @@ def responses_input(transcript: Sequence[TranscriptItem]) -> list[dict[str, Any]
     return out
 
 
-def ends_with_unanswered_call(transcript: Sequence[TranscriptItem]) -> bool:
-    """Return True when the history's last tool call has no result after it."""
-    _, items = split_at_boundary(transcript)
-    answered: set[str] = set()
-    for item in reversed(items):
-        if isinstance(item, ToolResultRecord):
-            answered.add(item.id)
-        elif isinstance(item, ToolCallRecord):
-            return item.id not in answered
-        elif isinstance(item, (UserMessage, AssistantMessage)):
-            return False
-    return False
-
-
 # --- Chat Completions ----------------------------------------------------------------------
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        return "".join(
-            str(part.get("text", ""))
-            for part in content
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
-        )
-    return ""
 
 
 def chat_messages(
@@ -228,7 +198,7 @@ def chat_messages(
     for entry in boundary_input(boundary):
         role = entry.get("role")
         if entry.get("type", "message") == "message" and role in ("user", "assistant"):
-            text = _content_text(entry.get("content"))
+            text = content_text(entry.get("content"))
             if text:
                 messages.append({"role": role, "content": text})
     paired = paired_tool_ids(items)

@@ -14,8 +14,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 from typing import Any
 
-import orjson
-
+from roder_api.enginekit import ServerSentEvent, event_json
 from roder_api.inference import (
     AgentInferenceRequest,
     Completed,
@@ -47,7 +46,6 @@ from roder_openai._replay import (
     reasoning_metadata,
     responses_input,
 )
-from roder_openai._sse import ServerSentEvent
 
 TERMINAL_EVENTS = frozenset(
     {"response.completed", "response.failed", "response.incomplete", "error"}
@@ -111,13 +109,7 @@ class ResponsesStreamState:
         """Return the inference events for one server-sent event."""
         if sse.data.strip() == "[DONE]":
             return []  # some proxies end with Chat's sentinel; the terminal event decides
-        try:
-            data = orjson.loads(sse.data)
-        except orjson.JSONDecodeError:
-            raise ProviderFailure(
-                ProviderFailureKind.OTHER,
-                f"the server sent an event that is not JSON ({sse.event})",
-            ) from None
+        data = event_json(sse)
         if not isinstance(data, dict):
             return []
         kind = data.get("type") or sse.event

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from roder_api.enginekit import SettingsTable, api_key_from_env
 from roder_api.errors import PluginSettingsError
 from roder_api.inference import ModelDescriptor
 
@@ -94,35 +94,25 @@ class EngineSettings:
 
         Raise :class:`OpenAISettingsError` naming the key for an unknown key or bad value.
         """
-        table = dict(table or {})
-        where = f"[engines.{engine_id}]"
-        engine_type = table.pop("type", None)
+        read = SettingsTable(engine_id, table, _error)
+        where = read.where
+        engine_type = read.values.pop("type", None)
         if engine_type is not None and engine_type not in ENGINE_TYPES:
             raise OpenAISettingsError(
                 f"{where} type: expected one of {', '.join(ENGINE_TYPES)}, got {engine_type!r}"
             )
-        unknown = sorted(set(table) - KNOWN_KEYS)
-        if unknown:
+        unknown = read.unknown_key(KNOWN_KEYS)
+        if unknown is not None:
             raise OpenAISettingsError(
-                f"{where}: unknown key {unknown[0]!r}; known keys: "
+                f"{where}: unknown key {unknown!r}; known keys: "
                 f"{', '.join(sorted(KNOWN_KEYS | {'type'}))}",
-                setting=unknown[0],
+                setting=unknown,
             )
-        base_url = _string(table, "base_url", where) or OPENAI_BASE_URL
-        base_url = base_url.rstrip("/")
-        if not base_url.startswith(("http://", "https://")):
-            raise OpenAISettingsError(
-                f"{where} base_url: expected an http(s) URL, got {base_url!r}"
-            )
-        if "api_key_env" in table:
-            # An explicit empty string means: send no key.
-            api_key_env = _string(table, "api_key_env", where) or None
-        else:
-            # Never send the default key to a base URL the user pointed elsewhere.
-            api_key_env = DEFAULT_API_KEY_ENV if base_url == OPENAI_BASE_URL else None
-        context_window = _positive_int(table, "context_window", where)
-        models = _models(table.get("models"), context_window, where)
-        model = _string(table, "model", where)
+        base_url = read.base_url(OPENAI_BASE_URL)
+        api_key_env = read.api_key_env(base_url, OPENAI_BASE_URL, DEFAULT_API_KEY_ENV)
+        context_window = read.positive_int("context_window")
+        models = read.models(context_window)
+        model = read.string("model")
         if model is None and models:
             model = models[0].id
         if model is None and base_url == OPENAI_BASE_URL:
@@ -133,20 +123,20 @@ class EngineSettings:
             model=model,
             models=models,
             context_window=context_window,
-            timeout=_seconds(table, "timeout", where, 600.0),
-            connect_timeout=_seconds(table, "connect_timeout", where, 10.0),
-            read_timeout=_seconds(table, "read_timeout", where, 300.0),
-            reasoning_effort=_string(table, "reasoning_effort", where),
+            timeout=read.seconds("timeout", 600.0),
+            connect_timeout=read.seconds("connect_timeout", 10.0),
+            read_timeout=read.seconds("read_timeout", 300.0),
+            reasoning_effort=read.string("reasoning_effort"),
             reasoning_summary=(
-                _string(table, "reasoning_summary", where) or None
-                if "reasoning_summary" in table
+                read.string("reasoning_summary") or None
+                if "reasoning_summary" in read.values
                 else "auto"
             ),
-            prompt_cache_key=bool(table.get("prompt_cache_key", True)),
-            compact_threshold=_threshold(table.get("compact_threshold"), where),
-            temperature=_temperature(table, where),
-            max_output_tokens=_positive_int(table, "max_output_tokens", where),
-            model_temperatures=_model_temperatures(table.get("models"), where),
+            prompt_cache_key=bool(read.values.get("prompt_cache_key", True)),
+            compact_threshold=read.threshold(),
+            temperature=_temperature(read.values, where),
+            max_output_tokens=read.positive_int("max_output_tokens"),
+            model_temperatures=_model_temperatures(read.values.get("models"), where),
         )
 
     def model_descriptor(self, model: str) -> ModelDescriptor | None:
@@ -173,86 +163,11 @@ class EngineSettings:
 
         Raise ``ProviderFailure`` (authentication) when the variable is named but unset.
         """
-        if self.api_key_env is None:
-            return None
-        key = os.environ.get(self.api_key_env, "").strip()
-        if not key:
-            from roder_api.inference import ProviderFailure, ProviderFailureKind
-
-            raise ProviderFailure(
-                ProviderFailureKind.AUTHENTICATION,
-                f"no API key: set the environment variable {self.api_key_env} "
-                "(or api_key_env in the engine's config table)",
-            )
-        return key
+        return api_key_from_env(self.api_key_env)
 
 
-def _string(table: Mapping[str, Any], key: str, where: str) -> str | None:
-    value = table.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise OpenAISettingsError(f"{where} {key}: expected a string, got {value!r}")
-    return value
-
-
-def _threshold(value: Any, where: str) -> int | str | None:
-    if value is None:
-        return None
-    if value == "auto":
-        return "auto"
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    raise OpenAISettingsError(
-        f'{where} compact_threshold: expected a positive number of tokens or "auto", got {value!r}'
-    )
-
-
-def _seconds(table: Mapping[str, Any], key: str, where: str, default: float) -> float:
-    value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise OpenAISettingsError(f"{where} {key}: expected a positive number of seconds")
-    return float(value)
-
-
-def _positive_int(table: Mapping[str, Any], key: str, where: str) -> int | None:
-    value = table.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise OpenAISettingsError(f"{where} {key}: expected a positive integer, got {value!r}")
-    return value
-
-
-def _models(value: Any, context_window: int | None, where: str) -> tuple[ModelDescriptor, ...]:
-    """Return models from a list of ids or a table ``{id = {context_window = N}}``."""
-    if value is None:
-        return ()
-    if isinstance(value, list):
-        if not all(isinstance(v, str) and v for v in value):
-            raise OpenAISettingsError(f"{where} models: expected a list of model ids")
-        return tuple(ModelDescriptor(v, context_window=context_window) for v in value)
-    if isinstance(value, Mapping):
-        found = []
-        for model_id, spec in value.items():
-            spec = spec or {}
-            if not isinstance(spec, Mapping):
-                raise OpenAISettingsError(f"{where} models.{model_id}: expected a table")
-            found.append(
-                ModelDescriptor(
-                    str(model_id),
-                    context_window=_positive_int(
-                        spec, "context_window", f"{where} models.{model_id}"
-                    )
-                    or context_window,
-                    max_output_tokens=_positive_int(
-                        spec, "max_output_tokens", f"{where} models.{model_id}"
-                    ),
-                    display_name=_string(spec, "display_name", f"{where} models.{model_id}"),
-                )
-            )
-        return tuple(found)
-    raise OpenAISettingsError(f"{where} models: expected a list of ids or a table of models")
+def _error(message: str, setting: str | None) -> OpenAISettingsError:
+    return OpenAISettingsError(message, setting=setting)
 
 
 def _temperature(table: Mapping[str, Any], where: str) -> float | None:

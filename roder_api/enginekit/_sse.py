@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterable
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from roder_api.inference import ProviderFailure, ProviderFailureKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,3 +106,18 @@ async def aiter_sse(chunks: AsyncIterable[bytes]) -> AsyncGenerator[ServerSentEv
             yield event
     for event in decoder.end():
         yield event
+
+
+def event_json(sse: ServerSentEvent) -> Any:
+    """Return an event's data parsed as JSON.
+
+    Raise ``ProviderFailure`` (``OTHER``, not retried) when it is not JSON: a provider that
+    sends a broken event has broken its own format.
+    """
+    try:
+        return orjson.loads(sse.data)
+    except orjson.JSONDecodeError:
+        raise ProviderFailure(
+            ProviderFailureKind.OTHER,
+            f"the server sent an event that is not JSON ({sse.event})",
+        ) from None

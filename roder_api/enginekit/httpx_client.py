@@ -1,0 +1,274 @@
+"""The httpx half of an HTTP engine: a lazily made client, streamed and JSON requests, and
+transport errors mapped to ``ProviderFailure``.
+
+This module imports ``httpx``, which is not a dependency of ``roder``: import it only from
+an engine that depends on httpx itself (``roder_api.enginekit`` never imports it).
+
+:class:`HttpxClient` keeps the rules of ``docs/writing-an-engine.md`` section 4 in one
+place: the terminal events go out only after the body is read to its end and the
+connection released; a stream that ends before its terminal event is
+``STREAM_INTERRUPTED``; leaving a stream early still runs httpx's nested body generators to
+their end (trio warns about suspended ones), with a zero deadline when abandoned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from contextlib import aclosing, asynccontextmanager
+from typing import Any, Protocol
+
+import anyio
+import httpx
+import orjson
+
+from roder_api.enginekit._failures import MAX_ERROR_BODY, transport_failure
+from roder_api.enginekit._sse import ServerSentEvent, aiter_sse
+from roder_api.inference import InferenceEvent, ProviderFailure, ProviderFailureKind
+
+SETTLE_SECONDS = 1.0
+"""How long the end of a body is awaited after the stream's terminal event."""
+
+StatusFailure = Callable[[int, httpx.Headers, bytes, "str | None"], ProviderFailure]
+"""Maps an error answer (status, headers, the start of its body, the key) to a failure."""
+
+
+class StreamState(Protocol):
+    """Turns one provider's server-sent events into inference events.
+
+    ``finished`` is set by the event that ends the stream; ``failure``, when set with the
+    last events, is raised after they are yielded (a provider error of a kind the runtime
+    must see, with its usage still billed).
+    """
+
+    finished: bool
+    failure: ProviderFailure | None
+
+    def handle(self, sse: ServerSentEvent) -> list[InferenceEvent]:
+        """Return the events of one server-sent event; set ``finished`` on the last."""
+        ...
+
+    def answer(self, data: Any) -> list[InferenceEvent]:
+        """Return the events of a whole JSON answer to a streamed request; finish."""
+        ...
+
+
+def failure_for_exception(
+    error: httpx.HTTPError, *, streaming: bool, where: str = ""
+) -> ProviderFailure:
+    """Return the failure for an httpx transport error; ``streaming``: after the answer began.
+
+    Timeouts are ``TIMEOUT``; an error after the answer began is ``STREAM_INTERRUPTED``;
+    a network, protocol or proxy error before it is ``NETWORK``; the rest ``OTHER``.
+    """
+    return transport_failure(
+        error,
+        timed_out=isinstance(error, httpx.TimeoutException),
+        unreachable=isinstance(
+            error, (httpx.NetworkError, httpx.RemoteProtocolError, httpx.ProxyError)
+        ),
+        streaming=streaming,
+        where=where,
+    )
+
+
+class HttpxClient:
+    """One engine's HTTP client (made on first use, closed by :meth:`aclose`) and its calls.
+
+    ``status_failure`` maps the provider's error answers; ``where`` leads transport error
+    messages (``engine 'ollama' at http://...``); ``transport`` (an
+    ``httpx.AsyncBaseTransport``) replaces the network, for tests. The key is never kept:
+    each call is handed its headers and the key they carry, for redaction.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        timeout: float,
+        connect_timeout: float,
+        read_timeout: float,
+        user_agent: str,
+        status_failure: StatusFailure,
+        where: str = "",
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url
+        self.where = where
+        self._timeout = httpx.Timeout(timeout, connect=connect_timeout, read=read_timeout)
+        self._user_agent = user_agent
+        self._status_failure = status_failure
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(base_url={self.base_url!r})"
+
+    def client(self) -> httpx.AsyncClient:
+        """Return the httpx client, made on first use (it belongs to one event loop)."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url + "/",
+                transport=self._transport,
+                timeout=self._timeout,
+                headers={"user-agent": self._user_agent},
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the client (a new one is made if it is used again)."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    def failure(self, error: httpx.HTTPError, *, streaming: bool) -> ProviderFailure:
+        """Return the failure for a transport error, led by ``where``."""
+        return failure_for_exception(error, streaming=streaming, where=self.where)
+
+    @asynccontextmanager
+    async def open_events(
+        self, path: str, body: Mapping[str, Any], headers: Mapping[str, str], key: str | None
+    ) -> AsyncIterator[tuple[AsyncIterator[ServerSentEvent], Any]]:
+        """Yield the server-sent events of ``POST path``, and the whole answer when the server
+        sent JSON instead of a stream (else None).
+
+        Raise ``ProviderFailure`` for an error status or a transport failure before the
+        body; transport errors while reading the events are left to the caller.
+        """
+        client = self.client()
+        request = client.build_request(
+            "POST", path, content=orjson.dumps(body), headers=dict(headers)
+        )
+        try:
+            response = await client.send(request, stream=True)
+        except httpx.HTTPError as error:
+            raise self.failure(error, streaming=False) from None
+        try:
+            if response.status_code >= 300:
+                try:
+                    error_body = (await response.aread())[:MAX_ERROR_BODY]
+                except httpx.HTTPError:
+                    error_body = b""
+                raise self._status_failure(response.status_code, response.headers, error_body, key)
+            if response.headers.get("content-type", "").startswith("application/json"):
+                # Some servers answer a streamed request with the whole answer: read it as
+                # the stream it stands for.
+                try:
+                    whole = orjson.loads(await response.aread())
+                except (httpx.HTTPError, orjson.JSONDecodeError):
+                    raise ProviderFailure(
+                        ProviderFailureKind.OTHER,
+                        f"the server answered POST {path} with JSON that cannot be read",
+                    ) from None
+                yield _no_events(), whole
+                return
+            chunks = response.aiter_bytes()
+            try:
+                async with aclosing(aiter_sse(chunks)) as events:
+                    yield events, None
+            except BaseException:
+                await settle(chunks, 0)
+                raise
+            await settle(chunks, SETTLE_SECONDS)
+        finally:
+            await response.aclose()
+
+    async def stream_events(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        key: str | None,
+        state: StreamState,
+        terminal: str,
+    ) -> AsyncGenerator[InferenceEvent, None]:
+        """Yield the inference events of a streamed ``POST path``, decoded by ``state``.
+
+        The terminal events (those that finish the state) go out only after the body is
+        settled and the connection released: the runtime closes the generator as soon as it
+        sees them. A stream that ends before ``terminal`` raises ``STREAM_INTERRUPTED``.
+        """
+        final: list[InferenceEvent] = []
+        async with self.open_events(path, body, headers, key) as (events, whole):
+            if whole is not None:
+                final = state.answer(whole)
+            try:
+                async for sse in events:
+                    produced = state.handle(sse)
+                    if state.finished:
+                        final = produced
+                        break
+                    for event in produced:
+                        yield event
+            except httpx.HTTPError as error:
+                raise self.failure(error, streaming=True) from None
+        if not state.finished:
+            raise ProviderFailure(
+                ProviderFailureKind.STREAM_INTERRUPTED,
+                f"the response stream ended before {terminal}",
+            )
+        for event in final:
+            yield event
+        if state.failure is not None:
+            raise state.failure
+
+    async def request_json(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None,
+        headers: Mapping[str, str],
+        key: str | None,
+    ) -> Any:
+        """Return the JSON answer of a non-streamed request; raise ``ProviderFailure``."""
+        try:
+            response = await self.client().request(
+                method,
+                path,
+                content=orjson.dumps(body) if body is not None else None,
+                headers=dict(headers),
+            )
+        except httpx.HTTPError as error:
+            raise self.failure(error, streaming=False) from None
+        if response.status_code >= 300:
+            raise self._status_failure(
+                response.status_code, response.headers, response.content[:MAX_ERROR_BODY], key
+            )
+        try:
+            return orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            raise ProviderFailure(
+                ProviderFailureKind.OTHER,
+                f"the server answered {method} {path} with something that is not JSON",
+            ) from None
+
+
+async def _no_events() -> AsyncGenerator[ServerSentEvent, None]:
+    """Return an event stream with nothing in it (the answer came whole, as JSON)."""
+    return
+    yield  # pragma: no cover - makes this an async generator
+
+
+async def settle(chunks: AsyncIterator[bytes], seconds: float) -> None:
+    """Run httpx's body iterator to its end, for at most ``seconds``.
+
+    httpx reads a body through several nested async generators; closing only the outer
+    one leaves the inner ones suspended, and trio warns when they are collected. Reading on
+    lets them finish: at the end of the body (the connection can then be reused) or with
+    the cancellation of the deadline (the connection is then closed).
+    """
+    with anyio.move_on_after(seconds):
+        try:
+            async for _ in chunks:
+                pass
+        except httpx.HTTPError:
+            pass
+
+
+__all__ = [
+    "HttpxClient",
+    "SETTLE_SECONDS",
+    "StatusFailure",
+    "StreamState",
+    "failure_for_exception",
+    "settle",
+]
