@@ -99,7 +99,7 @@ def metadata_json(meta: ThreadMetadata) -> bytes:
     )
 
 
-def damage_error(thread_id: str, path: Path, damage: Damage) -> StoreError:
+def damage_error(thread_id: str, path: Path | str, damage: Damage) -> StoreError:
     """Return the error a read or write raises for damage it may not repair."""
     if damage.kind == NEWER_VERSION:
         return StoreError(

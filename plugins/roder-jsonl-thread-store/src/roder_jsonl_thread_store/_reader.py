@@ -20,11 +20,17 @@ import os
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import orjson
 
-from roder_api.codec import from_dict, loads_json
+from roder_api.codec import (
+    EXACT_MARK,
+    event_decoders,
+    from_dict,
+    journal_event_builder,
+    loads_json,
+)
 from roder_api.errors import StoreCorruptedError, StoreError, ThreadNotFoundError
 from roder_api.events import JournalEvent
 from roder_api.threads import EventPage, ThreadMetadata, ThreadPage, decode_cursor, encode_cursor
@@ -47,37 +53,8 @@ SEEK_WINDOW = 16384
 """A binary search over a journal stops when the range is this many bytes; then it reads."""
 
 
-def _journal_event_builder() -> Callable[[int, int, Any], JournalEvent]:
-    """Return a fast ``JournalEvent(sequence, recorded_at_ms, event)`` for the read path.
-
-    Fills the slots directly, as the dataclass's ``__init__`` would; loading a long thread
-    builds one per event, and this halves its cost.
-    """
-    try:
-        new = object.__new__
-        set_sequence = JournalEvent.__dict__["sequence"].__set__
-        set_time = JournalEvent.__dict__["recorded_at_ms"].__set__
-        set_event = JournalEvent.__dict__["event"].__set__
-        set_unknown = next(
-            k.__dict__["unknown_fields"].__set__
-            for k in JournalEvent.__mro__
-            if "unknown_fields" in k.__dict__
-        )
-    except (KeyError, AttributeError, StopIteration):  # pragma: no cover - not slotted
-        return JournalEvent
-
-    def build(sequence: int, recorded_at_ms: int, event: Any) -> JournalEvent:
-        entry: JournalEvent = new(JournalEvent)
-        set_sequence(entry, sequence)
-        set_time(entry, recorded_at_ms)
-        set_event(entry, event)
-        set_unknown(entry, {})
-        return entry
-
-    return build
-
-
-_journal_event = _journal_event_builder()
+_EXACT = EXACT_MARK[0]
+"""The first byte of a record the codec wrote with the standard library (read with it)."""
 
 
 class JournalReader:
@@ -216,24 +193,31 @@ class JournalReader:
             core.states.pop(thread_id, None)
             raise ThreadNotFoundError(thread_id) from None
         with file:
-            st = os.fstat(file.fileno())
-            known = core.damaged.get(thread_id)
-            if known is not None:
-                if (known[0], known[1]) == (st.st_ino, st.st_size):
-                    raise known[2]
-                del core.damaged[thread_id]
-                core.states.pop(thread_id, None)
-                base = None
-            else:
-                base = self._base_state(thread_id, file, st)
-            if base is not None and base.size == st.st_size:
-                core.states[thread_id] = base
-                return base, None, st.st_size
-            result = scan(file, st.st_ino, base, thread_id=thread_id)
-            if result.damage is not None and not result.damage.automatic and base is not None:
-                # Judge damage from the first line, never from a remembered offset: a repair
-                # elsewhere may have cut the journal below it and written it again.
-                result = scan(file, st.st_ino, None, thread_id=thread_id)
+            return self._scan_file(thread_id, path, file)
+
+    def _scan_file(
+        self, thread_id: str, path: Path | str, file: BinaryIO
+    ) -> tuple[JournalState, Damage | None, int]:
+        """:meth:`scan_journal` of a journal already open (at its start); hold the guard."""
+        core = self.core
+        st = os.fstat(file.fileno())
+        known = core.damaged.get(thread_id)
+        if known is not None:
+            if (known[0], known[1]) == (st.st_ino, st.st_size):
+                raise known[2]
+            del core.damaged[thread_id]
+            core.states.pop(thread_id, None)
+            base = None
+        else:
+            base = self._base_state(thread_id, file, st)
+        if base is not None and base.size == st.st_size:
+            core.states[thread_id] = base
+            return base, None, st.st_size
+        result = scan(file, st.st_ino, base, thread_id=thread_id)
+        if result.damage is not None and not result.damage.automatic and base is not None:
+            # Judge damage from the first line, never from a remembered offset: a repair
+            # elsewhere may have cut the journal below it and written it again.
+            result = scan(file, st.st_ino, None, thread_id=thread_id)
         damage, state = result.damage, result.state
         if damage is not None and not damage.automatic:
             core.states.pop(thread_id, None)
@@ -292,9 +276,9 @@ class JournalReader:
     ) -> list[JournalEvent]:
         """Return events with ``after < sequence < before`` (``mode``: replay or seek)."""
         core = self.core
-        path = core.journal_path(thread_id)
+        path = core.journal_file(thread_id)  # a plain string: pathlib costs more than a read
         try:
-            file = open(core.journal_file(thread_id), "rb")
+            file = open(path, "rb")
         except FileNotFoundError:
             with core.guard(thread_id):
                 core.states.pop(thread_id, None)
@@ -308,7 +292,10 @@ class JournalReader:
                 or state.size != st.st_size
                 or thread_id in core.damaged
             ):
-                state = self.state(thread_id)
+                # Not known yet: the state of the journal just opened (one open, not two).
+                self.ensure_ready()
+                with core.guard(thread_id):
+                    state = self._scan_file(thread_id, path, file)[0]
             if after >= state.metadata.last_sequence:
                 return []
             offset = 0
@@ -322,7 +309,7 @@ class JournalReader:
     def _read_from(
         self,
         file: BinaryIO,
-        path: Path,
+        path: Path | str,
         thread_id: str,
         state: JournalState,
         offset: int,
@@ -332,10 +319,9 @@ class JournalReader:
     ) -> list[JournalEvent]:
         out: list[JournalEvent] = []
         append = out.append
-        loads = loads_json
-        crc32 = zlib.crc32
-        decode = from_dict
-        make = _journal_event
+        # Bound once per read: this loop runs once per line of a thread.
+        parse, exact, crc32, decoders = orjson.loads, loads_json, zlib.crc32, event_decoders()
+        decode, make = from_dict, journal_event_builder()
         end = state.size
         stop = before if before is not None else state.metadata.last_sequence + 1
         room = limit if limit is not None else state.metadata.last_sequence + 1
@@ -348,12 +334,13 @@ class JournalReader:
             if position > end:
                 break
             try:
-                # A line cut short or with a damaged checksum field fails the hex parse or
-                # the checksum; fsck also compares the frame byte for byte.
+                # Every line's checksum is checked. A line cut short or with a damaged
+                # checksum field fails the hex parse or the checksum; fsck also compares the
+                # frame byte for byte.
                 body = raw[RECORD_START:-_TAIL_LEN]
                 if crc32(body) != int(raw[CRC_START:CRC_END], 16) or raw[-_TAIL_LEN:] != LINE_END:
                     raise ValueError("bad framing or checksum mismatch")
-                record = loads(body)
+                record = parse(body) if body[0] != _EXACT else exact(body)
                 if record["v"] > FORMAT_VERSION:
                     raise StoreError(
                         f"journal {path} holds format version {record['v']!r} from a newer "
@@ -365,13 +352,14 @@ class JournalReader:
                 events = record["events"]
                 count = len(events)
                 if seq > after and seq + count <= stop and count <= room:
-                    # The common case: the whole line is wanted.
+                    # The common case: the whole line is wanted (most hold one event).
                     t = record["t"]
-                    if count == 1:
-                        append(make(seq, t, decode(events[0])))
-                    else:
-                        for index, event in enumerate(events):
-                            append(make(seq + index, t, decode(event)))
+                    for index, event in enumerate(events):
+                        try:
+                            decoded = decoders[event["type"]](event)
+                        except (KeyError, TypeError):
+                            decoded = decode(event)  # the codec's own error for a bad event
+                        append(make(seq + index, t, decoded))
                     room -= count
                     if room == 0:
                         return out
@@ -391,7 +379,7 @@ class JournalReader:
                     room -= 1
                     if room == 0:
                         return out
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, IndexError) as exc:
                 where = f"line {number}" if offset == 0 else f"byte {position - len(raw)}"
                 error = StoreCorruptedError(
                     f"journal {path} is damaged at {where} ({exc}); nothing was changed; run "

@@ -1,0 +1,69 @@
+"""``Runtime.load_thread`` reads long threads a chunk at a time and folds them the same way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import roder_runtime._runtime as runtime_module
+from roder_api.events import Event, ItemCompleted, UsageUpdated
+from roder_api.extension import ExtensionRegistryBuilder
+from roder_api.inference import TokenUsage
+from roder_api.testing import MemoryThreadStoreFactory, ScriptedEngine
+from roder_api.threads import ThreadStoreFactory, turns_from_events
+from roder_api.transcript import UserMessage
+from roder_jsonl_thread_store import JsonlThreadStoreFactory
+from roder_runtime import Runtime, RuntimeConfig
+
+pytestmark = pytest.mark.anyio
+
+
+def _runtime(factory: ThreadStoreFactory) -> Runtime:
+    builder = ExtensionRegistryBuilder()
+    builder.inference_engine(ScriptedEngine())
+    builder.thread_store_factory(factory)
+    return Runtime(builder.build(), RuntimeConfig())
+
+
+def _events() -> list[list[Event]]:
+    """Batches with turns of 1 to 9 items, usage between them, and a turn id coming back."""
+    batches: list[list[Event]] = []
+    turn_ids = [f"turn-{n}" for n in range(12)] + ["turn-3", "turn-3b", "turn-3"]
+    for n, turn_id in enumerate(turn_ids):
+        items = [ItemCompleted(turn_id, UserMessage(f"{turn_id} {i}")) for i in range(n % 9 + 1)]
+        # Some turns arrive in several batches (several lines, or one line of many events).
+        batches.append(list(items[:2]))
+        if items[2:]:
+            batches.append(list(items[2:]))
+        batches.append([UsageUpdated(turn_id, TokenUsage(1, 2, 3))])
+    return batches
+
+
+@pytest.mark.parametrize("store", ["jsonl", "memory"])
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 1000])
+async def test_load_thread_in_chunks_folds_like_one_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: str, chunk: int
+) -> None:
+    factory: ThreadStoreFactory = (
+        JsonlThreadStoreFactory(tmp_path / "store")
+        if store == "jsonl"
+        else MemoryThreadStoreFactory()
+    )
+    monkeypatch.setattr(runtime_module, "LOAD_CHUNK", chunk)
+    async with _runtime(factory) as runtime:
+        tid = (await runtime.create_thread()).thread_id
+        for batch in _events():
+            await runtime.append_events(tid, batch)
+        events = await (await runtime.store()).read_events(tid)
+        snapshot = await runtime.load_thread(tid)
+        assert snapshot is not None
+        assert snapshot.turns == turns_from_events(events)
+        assert [t.turn_id for t in snapshot.turns][-3:] == ["turn-3", "turn-3b", "turn-3"]
+        assert snapshot.metadata == await runtime.get_thread(tid)
+        assert len(snapshot.items) == snapshot.metadata.item_count
+        # A thread whose length is a multiple of the chunk ends with an empty read.
+        empty = (await runtime.create_thread()).thread_id
+        snap = await runtime.load_thread(empty)
+        assert snap is not None and snap.turns == ()
+        assert await runtime.load_thread("no-such-thread") is None
