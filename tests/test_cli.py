@@ -7,6 +7,8 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from .conftest import roder_command
 
 
@@ -26,6 +28,7 @@ def roder(
     return result
 
 
+@pytest.mark.core  # the fast loop: scripts/test --quick
 def test_plugins_lists_the_builtins_with_versions(cli_env: dict[str, str]) -> None:
     listed = json.loads(roder("plugins", "--json", env=cli_env).stdout)
     by_name = {p["name"]: p for p in listed}
@@ -62,6 +65,7 @@ def test_a_plugin_that_fails_to_import_is_reported_and_others_load(
     assert "broken 0.3  FAILED: ModuleNotFoundError" in human
 
 
+@pytest.mark.core  # the fast loop: scripts/test --quick
 def test_chat_is_durable_across_processes(cli_env: dict[str, str]) -> None:
     first = roder("chat", env=cli_env, stdin="hello there\n")
     assert "using the 'scripted' engine" in first.stderr
@@ -88,6 +92,7 @@ def test_chat_is_durable_across_processes(cli_env: dict[str, str]) -> None:
     assert "you> two" in human and "assistant> You said: two" in human
 
 
+@pytest.mark.core  # the fast loop: scripts/test --quick
 def test_errors_are_one_line_with_meaningful_exit_codes(
     cli_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -106,6 +111,7 @@ def test_errors_are_one_line_with_meaningful_exit_codes(
     assert unknown_engine.returncode == 1 and "'scripted'" in unknown_engine.stderr
 
 
+@pytest.mark.core  # the fast loop: scripts/test --quick
 def test_version_flag(cli_env: dict[str, str]) -> None:
     assert roder("--version", env=cli_env).stdout.strip() == "roder 0.1.0"
 

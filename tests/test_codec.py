@@ -39,6 +39,8 @@ from roder_api.transcript import (
     UserMessage,
 )
 
+pytestmark = pytest.mark.core
+
 text = st.text(max_size=40)
 ids = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=20)
 ints = st.integers(min_value=0, max_value=2**53)

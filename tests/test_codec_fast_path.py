@@ -13,6 +13,8 @@ from roder_api.codec import dumps, from_dict
 
 from .test_codec import records
 
+pytestmark = pytest.mark.core
+
 
 @given(records)
 def test_fast_and_general_decoding_agree(obj: Any) -> None:

@@ -16,6 +16,8 @@ from roder_api.events import ItemCompleted, JournalEvent
 from roder_api.testing._conformance_values import nested
 from roder_api.transcript import ProviderMetadata, UserMessage
 
+pytestmark = pytest.mark.core
+
 # Any text (lone surrogates included), any integer, finite floats.
 scalars = (
     st.none()

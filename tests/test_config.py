@@ -9,6 +9,8 @@ import pytest
 from roder_api.errors import ConfigError
 from roder_runtime import load_config
 
+pytestmark = pytest.mark.core
+
 RETRIES = "reliability.provider_retry_max_attempts"
 
 

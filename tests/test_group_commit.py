@@ -14,7 +14,7 @@ import pytest
 from roder_api.errors import StoppedError
 from roder_api.storekit import GroupCommit
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.core]
 
 
 async def test_concurrent_submits_share_one_synced_write_each_batch(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from roder_api.threads import ThreadMetadata
 from roder_api.transcript import ContextCompaction, ToolResultRecord, UserMessage
 from roder_jsonl_thread_store import JsonlThreadStore, JsonlThreadStoreFactory
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.core]
 
 
 def meta(thread_id: str, title: str | None = None, at: int = 1000) -> ThreadMetadata:

@@ -11,7 +11,7 @@ from roder_api.errors import StoreError, ThreadBusyError
 from roder_api.testing import MemoryThreadStore, MemoryThreadStoreFactory
 from roder_api.testing.conformance import make_metadata, user_item
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.core]
 
 
 class FailingAppends(MemoryThreadStore):

@@ -11,6 +11,8 @@ import pytest
 
 from .conftest import REPO
 
+pytestmark = pytest.mark.core
+
 PACKAGES = ("roder_api", "roder_runtime")
 
 

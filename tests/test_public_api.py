@@ -7,6 +7,8 @@ import inspect
 
 import pytest
 
+pytestmark = pytest.mark.core
+
 MODULES = [
     "roder_api",
     "roder_api.codec",

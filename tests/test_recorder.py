@@ -22,7 +22,7 @@ from roder_api.threads import ThreadMetadata
 from roder_jsonl_thread_store import JsonlThreadStore
 from roder_runtime._recorder import COALESCE_BYTES, EventRecorder
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.core]
 
 FINAL = ContentPhase.FINAL_ANSWER
 REASONING = ContentPhase.REASONING

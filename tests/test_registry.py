@@ -17,6 +17,8 @@ from roder_api.errors import (
 from roder_api.testing import ScriptedEngine
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 
+pytestmark = pytest.mark.core
+
 PLUGINS = {
     "good_engine_plugin": """
         from roder_api import hookimpl

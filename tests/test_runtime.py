@@ -31,7 +31,7 @@ from roder_runtime import Runtime, RuntimeConfig
 
 from .conftest import make_runtime
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.core]
 
 
 async def test_thread_lifecycle(runtime: Runtime) -> None:

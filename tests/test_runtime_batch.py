@@ -16,6 +16,8 @@ from roder_api.transcript import ProviderMetadata, UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig
 
+pytestmark = pytest.mark.core
+
 
 def _runtime(base: Path) -> Runtime:
     builder = ExtensionRegistryBuilder()

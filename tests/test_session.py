@@ -53,7 +53,7 @@ from roder_runtime import Interrupt, Runtime, RuntimeConfig, Session, Steer, Use
 
 from .conftest import make_runtime
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.core]
 
 TERMINAL = (TurnComplete, TurnAborted)
 

@@ -17,7 +17,12 @@ from .postgres_support import require_postgres, temporary_schema
 
 
 @pytest.fixture(
-    params=["memory", "jsonl", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
+    params=[
+        pytest.param("memory", marks=pytest.mark.core),
+        pytest.param("jsonl", marks=pytest.mark.core),
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ],
 )
 def thread_store_factory(
     request: pytest.FixtureRequest, tmp_path: Path

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from roder_api.transcript import (
     AssistantMessage,
     ContextCompaction,
@@ -10,6 +12,8 @@ from roder_api.transcript import (
     is_compaction_boundary,
     trim_to_last_compaction_boundary,
 )
+
+pytestmark = pytest.mark.core
 
 NATIVE = ProviderMetadata({"output": [{"type": "compaction", "id": "c1"}]})
 

@@ -14,7 +14,7 @@ from roder_api.threads import ThreadMetadata
 from roder_api.transcript import ContextCompaction
 from roder_jsonl_thread_store import JsonlThreadStore, JsonlThreadStoreFactory
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.core]
 
 
 async def long_thread(store: JsonlThreadStore, thread_id: str, count: int) -> None:

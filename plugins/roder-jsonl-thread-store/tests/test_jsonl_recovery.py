@@ -12,7 +12,7 @@ from roder_api.threads import ThreadMetadata
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_jsonl_thread_store._format import encode_record
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.core]
 
 
 async def test_the_next_write_moves_a_torn_tail_to_quarantine_and_says_so(

@@ -11,7 +11,7 @@ from roder_api.threads import ThreadMetadata
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_jsonl_thread_store._format import encode_record
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.core]
 
 
 async def test_a_healthy_thread_checks_ok(factory: JsonlThreadStoreFactory) -> None:

@@ -12,7 +12,7 @@ from roder_api.errors import StoreCorruptedError, StoreError
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_jsonl_thread_store._format import encode_record
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.core]
 
 
 def flip_last_line(data: bytes) -> bytes:
