@@ -21,6 +21,7 @@ MODULES = [
     "roder_api.storekit",
     "roder_api.testing",
     "roder_api.testing.conformance",
+    "roder_api.testing.loopback",
     "roder_api.threads",
     "roder_api.tools",
     "roder_api.transcript",

@@ -1,8 +1,7 @@
 """A real HTTP server on 127.0.0.1 that speaks the Messages API wire format, strictly.
 
-It serves HTTP/1.1 from a thread (``http.server``), records every request, and answers each
-path from a queue of :class:`Reply` values, writing and flushing body pieces one at a time
-(server-sent events go out event by event). Every request body is checked against the
+The server is ``roder_api.testing.loopback``'s (HTTP/1.1 from a thread, every request
+recorded, body pieces flushed one at a time). Every request body is checked against the
 ``anthropic`` SDK's request types, and every event and JSON answer it is given to send is
 checked against the SDK's models before the test runs: a drift from the real format fails
 the test (``problems`` collects what the server refused).
@@ -11,14 +10,7 @@ the test (``problems`` collects what the server refused).
 from __future__ import annotations
 
 import json
-import socket
-import sys
-import threading
-import time
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from anthropic_wire import (
@@ -29,26 +21,15 @@ from anthropic_wire import (
     check_request,
 )
 
+from roder_api.testing.loopback import LoopbackServer as BaseLoopbackServer
+from roder_api.testing.loopback import Recorded, Reply
+from roder_api.testing.loopback import running_server as running
+
 TEST_KEY = "sk-ant-loopback-test-key-do-not-leak-0123456789"
 """The key the tests hand the engine; it must never show up in errors or the store."""
 
 KEY_ENV = "RODER_TEST_ANTHROPIC_KEY"
 """The environment variable that carries :data:`TEST_KEY`."""
-
-
-@dataclass
-class Reply:
-    """One scripted answer: ``chunks`` are written and flushed one by one.
-
-    ``cut_after``: drop the connection after that many chunks, without ending the body.
-    ``delay``: seconds to wait before each chunk.
-    """
-
-    status: int = 200
-    headers: dict[str, str] = field(default_factory=dict)
-    chunks: Sequence[bytes] = ()
-    cut_after: int | None = None
-    delay: float = 0.0
 
 
 def sse_reply(events: Sequence[Mapping[str, Any]], **kwargs: Any) -> Reply:
@@ -80,158 +61,42 @@ def error_reply(status: int, kind: str, message: str, **headers: str) -> Reply:
     return json_reply(body, status, **headers)
 
 
-@dataclass
-class Recorded:
-    """A request the server received."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        """Return the body parsed as JSON."""
-        return json.loads(self.body)
-
-
-class _QuietServer(ThreadingHTTPServer):
-    """Leaves out the traceback of a client that dropped its connection first."""
-
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
-            return
-        super().handle_error(request, client_address)
+def _check(recorded: Recorded) -> str | None:
+    """Return why the Messages API would refuse a request (None: it would not)."""
+    if recorded.method != "POST" or recorded.path != "/v1/messages":
+        return None
+    if "anthropic-version" not in recorded.headers:
+        return "no anthropic-version header"
+    try:
+        body = recorded.json()
+        check_request(body, stream=bool(body.get("stream")))
+    except (WireError, ValueError, AttributeError) as error:
+        return f"request refused: {error}"
+    return None
 
 
-class LoopbackServer:
-    """The server: ``expect(path, reply)`` queues answers; ``requests`` records requests."""
+def _error_reply(status: int, message: str) -> Reply:
+    kind = "not_found_error" if status == 404 else "invalid_request_error"
+    return error_reply(status, kind, message)
+
+
+class LoopbackServer(BaseLoopbackServer):
+    """The loopback server, checking every ``POST /v1/messages`` against the SDK's types.
+
+    Its base URL has no ``/v1``, as the API's has not; paths are recorded whole.
+    """
 
     def __init__(self) -> None:
-        self.replies: dict[str, deque[Reply]] = {}
-        self.fallbacks: dict[str, Reply] = {}
-        self.responder: Callable[[Recorded], Reply | None] | None = None
-        self.requests: list[Recorded] = []
-        self.problems: list[str] = []
-        self._lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # keep test output clean
-
-            def do_GET(self) -> None:
-                server._answer(self)
-
-            def do_POST(self) -> None:
-                server._answer(self)
-
-        self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-
-    @property
-    def base_url(self) -> str:
-        """Return the base URL the engine is configured with (no ``/v1``, as for the API)."""
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
-
-    def expect(self, path: str, *replies: Reply) -> None:
-        """Queue replies for ``path`` (for example ``/v1/messages``)."""
-        with self._lock:
-            self.replies.setdefault(path, deque()).extend(replies)
-
-    def always(self, path: str, reply: Reply) -> None:
-        """Answer ``path`` with ``reply`` whenever no queued reply is left."""
-        with self._lock:
-            self.fallbacks[path] = reply
+        super().__init__(check=_check, error_reply=_error_reply)
 
     def posted(self, path: str = "/v1/messages") -> list[Recorded]:
-        """Return the POST requests made to ``path``, in order."""
-        with self._lock:
-            return [r for r in self.requests if r.method == "POST" and r.path == path]
-
-    def start(self) -> LoopbackServer:
-        """Start serving in a background thread."""
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=10)
-
-    def _check(self, recorded: Recorded) -> str | None:
-        if recorded.method != "POST" or recorded.path != "/v1/messages":
-            return None
-        if "anthropic-version" not in recorded.headers:
-            return "no anthropic-version header"
-        try:
-            body = recorded.json()
-            check_request(body, stream=bool(body.get("stream")))
-        except (WireError, ValueError, AttributeError) as error:
-            return f"request refused: {error}"
-        return None
-
-    def _answer(self, handler: BaseHTTPRequestHandler) -> None:
-        length = int(handler.headers.get("content-length") or 0)
-        body = handler.rfile.read(length) if length else b""
-        path = handler.path.split("?", 1)[0]
-        recorded = Recorded(
-            handler.command, path, {k.lower(): v for k, v in handler.headers.items()}, body
-        )
-        problem = self._check(recorded)
-        with self._lock:
-            self.requests.append(recorded)
-            if problem is not None:
-                self.problems.append(problem)
-                reply: Reply | None = error_reply(400, "invalid_request_error", problem)
-            else:
-                queue = self.replies.get(path)
-                reply = queue.popleft() if queue else None
-                if reply is None and self.responder is not None:
-                    reply = self.responder(recorded)
-                if reply is None:
-                    reply = self.fallbacks.get(path)
-        if reply is None:
-            reply = error_reply(404, "not_found_error", f"no reply scripted for {path}")
-        try:
-            self._write(handler, reply)
-        except (BrokenPipeError, ConnectionResetError):
-            handler.close_connection = True  # the client went away first
-
-    def _write(self, handler: BaseHTTPRequestHandler, reply: Reply) -> None:
-        handler.send_response(reply.status)
-        for name, value in reply.headers.items():
-            handler.send_header(name, value)
-        handler.send_header("transfer-encoding", "chunked")
-        handler.end_headers()
-        handler.wfile.flush()
-        for index, chunk in enumerate(reply.chunks):
-            if reply.cut_after is not None and index >= reply.cut_after:
-                handler.close_connection = True  # drop the connection mid-body
-                handler.connection.shutdown(socket.SHUT_RDWR)
-                return
-            if reply.delay:
-                time.sleep(reply.delay)
-            handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            handler.wfile.flush()
-        handler.wfile.write(b"0\r\n\r\n")
-        handler.wfile.flush()
+        """Return the POST requests made to ``path`` (``/v1/messages``), in order."""
+        return super().posted(path)
 
 
 def running_server() -> Iterator[LoopbackServer]:
     """Yield a started server, stopped afterwards; fail on anything it refused."""
-    server = LoopbackServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
-    assert not server.problems, f"the loopback server refused requests: {server.problems}"
+    yield from running(LoopbackServer())
 
 
 # --- wire-format builders ----------------------------------------------------------------

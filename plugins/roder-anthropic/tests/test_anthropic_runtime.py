@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +27,7 @@ from anthropic_loopback import (
 from test_anthropic_compaction import SUMMARY, compacted_message
 
 from roder_api import ExtensionRegistryBuilder
+from roder_api.testing.loopback import files_contain, roder_subprocess
 from roder_api.transcript import AssistantMessage, ProviderMetadata, Reasoning, UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig
@@ -50,10 +49,6 @@ def runtime_with(engine: object, threads: Path) -> Runtime:
     builder.inference_engine(engine)  # type: ignore[arg-type]
     builder.thread_store_factory(JsonlThreadStoreFactory(base_path=threads))
     return Runtime(builder.build(), RuntimeConfig(), owns_registry=True)
-
-
-def files_contain(root: Path, needle: bytes) -> bool:
-    return any(needle in p.read_bytes() for p in root.rglob("*") if p.is_file())
 
 
 @pytest.mark.anyio
@@ -89,17 +84,7 @@ async def test_a_thinking_turn_is_persisted_and_replayed_exactly(
 # --- end to end: the roder command in a subprocess ---------------------------------------------
 
 
-def roder(
-    *args: str, env: dict[str, str], stdin: str = "", timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "roder_runtime", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
+roder = roder_subprocess
 
 
 @pytest.fixture

@@ -2,24 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from openai_loopback import KEY_ENV, LoopbackServer
 
-from roder_api.inference import (
-    AgentInferenceRequest,
-    InferenceEvent,
-    InferenceTurnContext,
-    MessageDelta,
-    ProviderFailure,
-    ReasoningDelta,
+from roder_api.inference import AgentInferenceRequest
+from roder_api.testing.loopback import (
+    COMPACT_CTX,
+    TURN_CTX,
+    collect,
+    collect_failure,
+    reasoning_of,
+    request_for,
+    text_of,
 )
-from roder_api.transcript import TranscriptItem, UserMessage
+from roder_api.transcript import TranscriptItem
 from roder_openai import EngineSettings, OpenAIChatEngine, OpenAIResponsesEngine
 
-CTX = InferenceTurnContext("thread_loopback", "turn_1", "step_1")
-COMPACT_CTX = InferenceTurnContext("thread_loopback", "turn_2", "step_2", purpose="compaction")
+__all__ = [
+    "COMPACT_CTX",
+    "CTX",
+    "chat_engine",
+    "responses_engine",
+    "collect",
+    "collect_failure",
+    "reasoning_of",
+    "request",
+    "text_of",
+]
+
+CTX = TURN_CTX
 
 
 def responses_engine(server: LoopbackServer, **table: Any) -> OpenAIResponsesEngine:
@@ -36,38 +48,4 @@ def chat_engine(server: LoopbackServer, **table: Any) -> OpenAIChatEngine:
 
 def request(*items: TranscriptItem, **kwargs: Any) -> AgentInferenceRequest:
     """Return a request for ``gpt-test`` with the given transcript (a greeting by default)."""
-    transcript: Sequence[TranscriptItem] = items or (UserMessage("Hello?"),)
-    return AgentInferenceRequest(
-        model=kwargs.pop("model", "gpt-test"),
-        instructions=kwargs.pop("instructions", None),
-        transcript=tuple(transcript),
-        **kwargs,
-    )
-
-
-async def collect(stream: AsyncIterator[InferenceEvent]) -> list[InferenceEvent]:
-    """Return every event of a stream."""
-    return [event async for event in stream]
-
-
-async def collect_failure(
-    stream: AsyncIterator[InferenceEvent],
-) -> tuple[list[InferenceEvent], ProviderFailure]:
-    """Return the events a stream yielded before it raised ``ProviderFailure``, and it."""
-    events: list[InferenceEvent] = []
-    try:
-        async for event in stream:
-            events.append(event)
-    except ProviderFailure as failure:
-        return events, failure
-    raise AssertionError(f"the stream did not fail; it yielded {events}")
-
-
-def text_of(events: Sequence[InferenceEvent]) -> str:
-    """Return the message text the events carry."""
-    return "".join(e.text for e in events if isinstance(e, MessageDelta))
-
-
-def reasoning_of(events: Sequence[InferenceEvent]) -> str:
-    """Return the reasoning text the events carry."""
-    return "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+    return request_for(kwargs.pop("model", "gpt-test"), *items, **kwargs)

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from openai_loopback import (
 
 from roder_api import ExtensionRegistryBuilder
 from roder_api.events import ErrorEvent, UsageUpdated
+from roder_api.testing.loopback import files_contain, roder_subprocess
 from roder_api.transcript import AssistantMessage, ProviderMetadata, Reasoning, UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig
@@ -37,10 +36,6 @@ def runtime_with(engine: object, threads: Path, **reliability: int) -> Runtime:
     builder.thread_store_factory(JsonlThreadStoreFactory(base_path=threads))
     config = RuntimeConfig(reliability=ReliabilityConfig(**reliability))
     return Runtime(builder.build(), config, owns_registry=True)  # closes the engine too
-
-
-def files_contain(root: Path, needle: bytes) -> bool:
-    return any(needle in p.read_bytes() for p in root.rglob("*") if p.is_file())
 
 
 @pytest.mark.anyio
@@ -126,17 +121,7 @@ async def test_a_cut_stream_fails_the_turn_and_keeps_what_was_billed(
 # --- end to end: the roder command in a subprocess ---------------------------------------------
 
 
-def roder(
-    *args: str, env: dict[str, str], stdin: str = "", timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "roder_runtime", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
+roder = roder_subprocess
 
 
 @pytest.fixture
