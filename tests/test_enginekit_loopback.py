@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+from pathlib import Path
 
 import pytest
 
-from roder_api.testing.loopback import LoopbackServer, Recorded, Reply, running_server
+from roder_api.testing.loopback import (
+    LoopbackServer,
+    Recorded,
+    Reply,
+    files_contain,
+    roder_env,
+    running_server,
+)
 
 
 def get(server: LoopbackServer, path: str, body: bytes | None = None) -> tuple[int, bytes]:
@@ -65,3 +74,18 @@ def test_refused_requests_are_answered_and_fail_the_fixture() -> None:
     assert server.problems == ["no body"]
     with pytest.raises(AssertionError, match="refused requests"):
         next(fixture)
+
+
+def test_the_roder_environment_has_only_the_test_home_and_key(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("RODER_CONFIG", "elsewhere")
+    monkeypatch.setenv("PROVIDER_KEY", "real")
+    env = roder_env(tmp_path, drop=("PROVIDER_KEY",), TEST_KEY_ENV="fake")
+    assert env["RODER_HOME"] == str(tmp_path) and env["TEST_KEY_ENV"] == "fake"
+    assert "RODER_CONFIG" not in env and "PROVIDER_KEY" not in env
+    assert env["PYTHONUNBUFFERED"] == "1" and env["PATH"] == os.environ["PATH"]
+    assert not files_contain(tmp_path, b"fake")
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "deep" / "f").write_bytes(b"..fake..")
+    assert files_contain(tmp_path, b"fake")

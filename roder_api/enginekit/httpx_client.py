@@ -32,6 +32,30 @@ StatusFailure = Callable[[int, httpx.Headers, bytes, "str | None"], ProviderFail
 """Maps an error answer (status, headers, the start of its body, the key) to a failure."""
 
 
+class HttpSettings(Protocol):
+    """What :meth:`HttpxClient.for_settings` reads from an engine's settings."""
+
+    @property
+    def base_url(self) -> str:
+        """The server's base URL, without a trailing slash."""
+        ...
+
+    @property
+    def timeout(self) -> float:
+        """The whole request's timeout in seconds."""
+        ...
+
+    @property
+    def connect_timeout(self) -> float:
+        """The connect timeout in seconds."""
+        ...
+
+    @property
+    def read_timeout(self) -> float:
+        """The timeout in seconds between two reads of the answer."""
+        ...
+
+
 class StreamState(Protocol):
     """Turns one provider's server-sent events into inference events.
 
@@ -99,6 +123,28 @@ class HttpxClient:
         self._status_failure = status_failure
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
+
+    @classmethod
+    def for_settings(
+        cls,
+        settings: HttpSettings,
+        *,
+        user_agent: str,
+        status_failure: StatusFailure,
+        where: str = "",
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> HttpxClient:
+        """Return the client of an engine's settings (base URL and timeouts)."""
+        return cls(
+            base_url=settings.base_url,
+            timeout=settings.timeout,
+            connect_timeout=settings.connect_timeout,
+            read_timeout=settings.read_timeout,
+            user_agent=user_agent,
+            status_failure=status_failure,
+            where=where,
+            transport=transport,
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_url={self.base_url!r})"
@@ -265,6 +311,7 @@ async def settle(chunks: AsyncIterator[bytes], seconds: float) -> None:
 
 
 __all__ = [
+    "HttpSettings",
     "HttpxClient",
     "SETTLE_SECONDS",
     "StatusFailure",

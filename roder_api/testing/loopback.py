@@ -322,6 +322,17 @@ def files_contain(root: Path, needle: bytes) -> bool:
     return any(needle in p.read_bytes() for p in root.rglob("*") if p.is_file())
 
 
+def roder_env(home: Path, drop: Sequence[str] = (), **extra: str) -> dict[str, str]:
+    """Return this process's environment for a ``roder`` subprocess with ``RODER_HOME=home``.
+
+    Every other ``RODER_*`` variable and the variables in ``drop`` (a real provider key)
+    are left out; ``extra`` (the test key's variable) is added, and output is unbuffered.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_") and k not in drop}
+    env.update(RODER_HOME=str(home), PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
 def roder_subprocess(
     *args: str, env: dict[str, str], stdin: str = "", timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
@@ -350,13 +361,11 @@ def plugins_in_fresh_venv(directory: Path, *distributions: Path) -> dict[str, An
         [*pip, *map(str, distributions)], capture_output=True, text=True, timeout=600
     )
     assert install.returncode == 0, install.stderr
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
-    env["RODER_HOME"] = str(directory / "home")
     listed = subprocess.run(
         [str(env_dir / "bin" / "roder"), "plugins", "--json"],
         capture_output=True,
         text=True,
-        env=env,
+        env=roder_env(directory / "home"),
         timeout=60,
     )
     assert listed.returncode == 0, listed.stderr
@@ -376,6 +385,7 @@ __all__ = [
     "plugins_in_fresh_venv",
     "reasoning_of",
     "request_for",
+    "roder_env",
     "roder_subprocess",
     "running_server",
     "text_of",

@@ -6,7 +6,6 @@ Tests may use roder_runtime; the plugin itself never does.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from openai_loopback import (
 
 from roder_api import ExtensionRegistryBuilder
 from roder_api.events import ErrorEvent, UsageUpdated
-from roder_api.testing.loopback import files_contain, roder_subprocess
+from roder_api.testing.loopback import files_contain, roder_env, roder_subprocess
 from roder_api.transcript import AssistantMessage, ProviderMetadata, Reasoning, UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig
@@ -137,10 +136,7 @@ def home(tmp_path: Path, server: LoopbackServer) -> tuple[Path, dict[str, str]]:
         "[engines.openai-chat]\n"
         f'base_url = "{server.base_url}"\n'
     )
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("RODER_") and k != "OPENAI_API_KEY"
-    }
-    env.update(RODER_HOME=str(home), PYTHONUNBUFFERED="1", **{KEY_ENV: TEST_KEY})
+    env = roder_env(home, drop=("OPENAI_API_KEY",), **{KEY_ENV: TEST_KEY})
     return home, env
 
 

@@ -84,11 +84,8 @@ class AnthropicEngine(InferenceEngine):
         if id is not None:
             self.id = id
         self.settings = settings if settings is not None else AnthropicSettings()
-        self._http = HttpxClient(
-            base_url=self.settings.base_url,
-            timeout=self.settings.timeout,
-            connect_timeout=self.settings.connect_timeout,
-            read_timeout=self.settings.read_timeout,
+        self._http = HttpxClient.for_settings(
+            self.settings,
             user_agent="roder-anthropic/0.1",
             status_failure=failure_for_status,
             transport=transport,

@@ -140,11 +140,8 @@ class HttpEngine(InferenceEngine):
             self.id = id
         self.settings = settings if settings is not None else EngineSettings()
         self.default_model = self.settings.model
-        self._http = HttpxClient(
-            base_url=self.settings.base_url,
-            timeout=self.settings.timeout,
-            connect_timeout=self.settings.connect_timeout,
-            read_timeout=self.settings.read_timeout,
+        self._http = HttpxClient.for_settings(
+            self.settings,
             user_agent="roder-openai/0.1",
             status_failure=failure_for_status,
             where=self.where,
