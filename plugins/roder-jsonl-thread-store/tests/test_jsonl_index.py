@@ -203,3 +203,27 @@ async def test_group_commit_failures_stay_with_their_own_commit(
     assert isinstance(results["conflict"], SequenceConflictError)
     assert [e.sequence for e in await store.read_events("ok")] == [1, 2]
     await store.aclose()
+
+
+async def test_a_created_thread_is_what_a_fresh_store_reads_back_and_appends_continue_it(
+    factory: JsonlThreadStoreFactory,
+) -> None:
+    # create_thread builds the new journal's state from the line it wrote (no rescan):
+    # what it returns, and what the first append continues from, must be what a scan gives.
+    store = await factory.open()
+    extra = {"nested": {"list": [1, 2.5, "x", None, True]}, "n": 3}
+    created = await store.create_thread(
+        ThreadMetadata("fresh", 1000, 1001, title="a title", extra=extra)
+    )
+    (entry,) = await store.append_events("fresh", [msg(1)])
+    after_append = await store.get_thread("fresh")
+    await store.aclose()
+    reopened = await factory.open()
+    (listed,) = (await reopened.list_threads()).threads
+    assert created == ThreadMetadata("fresh", 1000, 1001, title="a title", extra=extra)
+    assert entry.sequence == 1
+    assert listed == after_append == await reopened.get_thread("fresh")
+    assert listed.item_count == 1 and listed.last_sequence == 1
+    assert [e.event for e in await reopened.read_events("fresh")] == [msg(1)]
+    assert not list((factory.base_path / "tmp").iterdir())  # no temporary file left behind
+    await reopened.aclose()

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from roder_api.codec import check_value, to_dict
+from roder_api.codec import check_value, from_dict, to_dict
 from roder_api.errors import (
     SequenceConflictError,
     StoreError,
@@ -30,7 +30,7 @@ from roder_api.errors import (
 from roder_api.events import Event, ItemCompleted, JournalEvent, UsageUpdated, is_boundary_event
 from roder_api.inference import TokenUsage
 from roder_api.storekit import check_expected
-from roder_api.threads import ThreadMetadata
+from roder_api.threads import ThreadMetadata, validate_thread_id
 from roder_jsonl_thread_store._core import (
     QUARANTINE_INFIX,
     StoreCore,
@@ -46,6 +46,8 @@ from roder_jsonl_thread_store._format import (
     encode_record,
     events_list,
     events_record,
+    line_crc,
+    parse_line,
 )
 from roder_jsonl_thread_store._journal import Damage, JournalState
 from roder_jsonl_thread_store._locks import ProcessLock
@@ -132,6 +134,14 @@ def _copy(state: JournalState) -> JournalState:
         state.boundary_offset,
         state.boundary_sequence,
     )
+
+
+def header_metadata(line: bytes) -> ThreadMetadata:
+    """Return the metadata a scan folds from a journal's create line alone."""
+    base = from_dict(parse_line(line[:-1])["meta"])
+    if not isinstance(base, ThreadMetadata):  # pragma: no cover - we encoded it just now
+        raise StoreError("a create record that does not hold thread metadata")
+    return replace(base, usage=TokenUsage(), item_count=0, last_sequence=0)
 
 
 def quarantine_path(journal: Path) -> Path:
@@ -414,27 +424,35 @@ class JournalWriter:
     # --- creating and deleting ------------------------------------------------------------
 
     def create(self, metadata: ThreadMetadata) -> ThreadMetadata:
-        """Create a thread's journal atomically, with its metadata as the first line."""
+        """Create a thread's journal atomically, with its metadata as the first line.
+
+        Two syncs make the new thread durable before this returns, and no journal is ever
+        without its first line: the line is written to a new file under ``tmp/`` and
+        synced, then linked into place (``link`` is atomic and refuses to replace an
+        existing journal), then the directory is synced (the new name survives a power
+        cut). The journal's state is built from the line just written (no rescan), so the
+        first append finds it cached.
+        """
         core = self.core
         self.reader.ensure_ready()
         core.start_session()
         thread_id = metadata.thread_id
-        path = core.journal_path(thread_id)
+        path = core.journal_file(validate_thread_id(thread_id))
         stored = replace(metadata, usage=TokenUsage(), item_count=0, last_sequence=0)
         check_value(stored, what="the thread's metadata")
         line = encode_record({"v": FORMAT_VERSION, "k": "create", "meta": to_dict(stored)})
         with core.guard(thread_id), ProcessLock(core.lock_path(thread_id)):
-            if path.exists():
+            if os.path.exists(path):
                 raise ThreadExistsError(thread_id)
-            tmp = core.tmp_dir / f"{thread_id}.{os.getpid()}.{threading.get_ident()}.tmp"
+            tmp = f"{core.tmp_dir}{os.sep}{thread_id}.{os.getpid()}.{threading.get_ident()}.tmp"
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 try:
                     write_all(fd, line)
                     core.sync(fd)
+                    inode = os.fstat(fd).st_ino
                 finally:
                     os.close(fd)
-                # link() is atomic and refuses to replace: a journal always has its header.
                 os.link(tmp, path)
             except FileExistsError:
                 raise ThreadExistsError(thread_id) from None
@@ -448,8 +466,9 @@ class JournalWriter:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
             core.sync_dir(core.threads_dir)
-            core.states.pop(thread_id, None)
-            state = self.locked_state(thread_id)
+            core.damaged.pop(thread_id, None)
+            state = JournalState(inode, len(line), 1, line_crc(line), header_metadata(line), 0, 0)
+            core.states[thread_id] = state
             core.put_rows([core.row(thread_id, state)])
             return state.metadata
 
