@@ -113,7 +113,9 @@ class RuntimeConfig:
         """Return where a plugin's setting was written (``config.toml:7``, ``env VAR``).
 
         ``settings_id`` is the engine or store id (a key of :meth:`plugin_settings`), ``key``
-        a key of its table (None: the table itself). None when it is not known.
+        a key of its table (None: the table itself), dotted for a key in a table inside it
+        (``models.m.temperature``; a key not found is given its nearest table's place).
+        None when it is not known.
         """
         store_id = self.thread_store or "jsonl"
         tables = ["thread_store"] if settings_id == store_id else []
@@ -123,8 +125,12 @@ class RuntimeConfig:
                 found = [v for k, v in self.sources.items() if k.startswith(table + ".")]
                 if found:
                     return found[0].rsplit(":", 1)[0] if found[0][-1:].isdigit() else found[0]
-            elif f"{table}.{key}" in self.sources:
-                return self.sources[f"{table}.{key}"]
+                continue
+            parts = key.split(".")
+            for end in range(len(parts), 0, -1):
+                dotted = f"{table}.{'.'.join(parts[:end])}"
+                if dotted in self.sources:
+                    return self.sources[dotted]
         return None
 
 
@@ -147,22 +153,33 @@ _ENV_OVERRIDES: tuple[tuple[str, str], ...] = (
 )
 
 
+_KEY_PART = r'(?:"[^"]*"|[A-Za-z0-9_-]+)'
+_HEADER = re.compile(r"^\s*\[\s*([^\]]+?)\s*\]")
+_KEYED = re.compile(rf"^\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
+_PARTS = re.compile(r'"([^"]*)"|([A-Za-z0-9_-]+)')
+
+
 def _line_index(text: str) -> dict[tuple[str | None, str], int]:
-    """Return the first line of every ``key =`` by table (and of every header, key "")."""
+    """Return the first line of every ``key =`` by table (and of every header, key "").
+
+    A dotted key (``models.m.temperature = 1`` in ``[engines.x]``) is indexed under the
+    table it lands in (``engines.x.models.m``) and each of its parent tables.
+    """
     index: dict[tuple[str | None, str], int] = {}
     current: str | None = None
-    header = re.compile(r"^\s*\[\s*([^\]]+?)\s*\]")
-    keyed = re.compile(r'^\s*(?:"([^"]*)"|([A-Za-z0-9_-]+))\s*=')
     for number, line in enumerate(text.splitlines(), start=1):
-        match = header.match(line)
+        match = _HEADER.match(line)
         if match:
-            current = match.group(1).strip()
+            current = ".".join(q if q else bare for q, bare in _PARTS.findall(match.group(1)))
             index.setdefault((current, ""), number)
             continue
-        match = keyed.match(line)
+        match = _KEYED.match(line)
         if match:
-            key = match.group(1) if match.group(1) is not None else match.group(2)
-            index.setdefault((current, key), number)
+            parts = [q if q else bare for q, bare in _PARTS.findall(match.group(1))]
+            table = current
+            for part in parts:
+                index.setdefault((table, part), number)
+                table = f"{table}.{part}" if table else part
     return index
 
 
@@ -193,6 +210,26 @@ class _Loader:
     def where(self, table: str | None, key: str) -> str:
         line = self.line(table, key)
         return f"{self.source}:{line}" if line else self.source
+
+    def where_nested(self, table: str, key: str) -> str:
+        """Return where ``table.key`` was written: its own line, else its table's.
+
+        A key inside an inline table (``m = { context_window = 9 }``) has no line of its
+        own: the line that opened the inline table is given.
+        """
+        while True:
+            line = self.line(table, key)
+            if line is not None or "." not in table:
+                break
+            table, key = table.rsplit(".", 1)
+        return f"{self.source}:{line}" if line else self.source
+
+    def note_nested(self, table: str, value: Mapping[str, Any]) -> None:
+        """Record where every key of a plugin's ``table`` was written, nested tables too."""
+        for key, item in value.items():
+            self.sources[f"{table}.{key}"] = self.where_nested(table, key)
+            if isinstance(item, Mapping):
+                self.note_nested(f"{table}.{key}", item)
 
     def int_value(self, value: Any, table: str | None, key: str, minimum: int = 0) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -282,10 +319,7 @@ class _Loader:
             if not isinstance(table, Mapping):
                 raise self.error("expected a table", "engines", engine_id)
             config.engines[engine_id] = dict(table)
-            for key in table:
-                config.sources[f"engines.{engine_id}.{key}"] = self.where(
-                    f"engines.{engine_id}", key
-                )
+            self.note_nested(f"engines.{engine_id}", table)
 
     def apply_tools(self, value: Any, target: ToolsConfig) -> None:
         if not isinstance(value, Mapping):

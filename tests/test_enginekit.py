@@ -213,18 +213,18 @@ BAD_VALUES = [
     ("base_url", {"base_url": "ftp://x"}, "base_url: expected an http(s) URL", "base_url"),
     ("models", {"models": "m"}, "models: expected a list of ids or a table", "models"),
     ("models", {"models": ["a", ""]}, "models: expected a list of model ids", "models"),
-    ("models", {"models": {"a": 1}}, "[engines.eng] models.a: expected a table", "models"),
+    ("models", {"models": {"a": 1}}, "[engines.eng] models.a: expected a table", "models.a"),
     (
         "models",
         {"models": {"a": {"context_window": "big"}}},
         "[engines.eng] models.a context_window: expected a positive integer",
-        "models",
+        "models.a.context_window",
     ),
     (
         "strict models",
         {"models": {"a": {"color": 1}}},
-        "[engines.eng] models.a: unknown key 'color'",
-        "models",
+        "[engines.eng] models.a: unknown key 'color'; known keys: context_window",
+        "models.a.color",
     ),
 ]
 

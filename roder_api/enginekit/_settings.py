@@ -17,7 +17,8 @@ SettingsErrorFactory = Callable[[str, "str | None"], Exception]
 """Makes the plugin's settings error from a message and the key it is about (or None)."""
 
 _Nested = tuple[Mapping[str, Any], str, str]
-"""A table inside the table: its values, where it is (for messages), and its top key."""
+"""A table inside the table: its values, where it is (for messages), and its dotted path
+(``models.m``: an error's ``setting`` is the path and the key, ``models.m.context_window``)."""
 
 
 class SettingsTable:
@@ -43,9 +44,15 @@ class SettingsTable:
         unknown = sorted(set(self.values) - known)
         return unknown[0] if unknown else None
 
+    def _nested(self, key: str, nested: _Nested | None) -> tuple[Mapping[str, Any], str, str]:
+        if nested is None:
+            return self.values, self.where, key
+        table, where, path = nested
+        return table, where, f"{path}.{key}"
+
     def string(self, key: str, nested: _Nested | None = None) -> str | None:
         """Return a string value (None when absent); ``nested``: in a table of the table."""
-        table, where, setting = nested or (self.values, self.where, key)
+        table, where, setting = self._nested(key, nested)
         value = table.get(key)
         if value is None:
             return None
@@ -55,7 +62,7 @@ class SettingsTable:
 
     def positive_int(self, key: str, nested: _Nested | None = None) -> int | None:
         """Return a positive integer value (None when absent; booleans are refused)."""
-        table, where, setting = nested or (self.values, self.where, key)
+        table, where, setting = self._nested(key, nested)
         value = table.get(key)
         if value is None:
             return None
@@ -138,13 +145,18 @@ class SettingsTable:
         found = []
         for model_id, spec in value.items():
             spec = spec or {}
-            here = f"{self.where} {key}.{model_id}"
+            path = f"{key}.{model_id}"
+            here = f"{self.where} {path}"
             if not isinstance(spec, Mapping):
-                raise self.fail(f"{here}: expected a table", key)
+                raise self.fail(f"{here}: expected a table", path)
             extra = sorted(set(spec) - known) if known is not None else []
             if extra:
-                raise self.fail(f"{here}: unknown key {extra[0]!r}", key)
-            nested = (spec, here, key)
+                choices = ", ".join(sorted(known or ()))
+                raise self.fail(
+                    f"{here}: unknown key {extra[0]!r}; known keys: {choices}",
+                    f"{path}.{extra[0]}",
+                )
+            nested = (spec, here, path)
             found.append(
                 ModelDescriptor(
                     str(model_id),

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from roder_api.enginekit import SettingsTable, api_key_from_env
-from roder_api.errors import RoderError
+from roder_api.errors import PluginSettingsError
 from roder_api.inference import ModelDescriptor
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
@@ -52,8 +53,22 @@ MODEL_KEYS = frozenset({"context_window", "max_output_tokens", "display_name"})
 """The keys a ``models.<id>`` table may hold."""
 
 
-class AnthropicSettingsError(RoderError, ValueError):
-    """Raised when an ``[engines.<id>]`` table has an unknown key or a bad value."""
+_WHERE = re.compile(r"\[engines\.([^\]]+)\](?: (\w+))?")
+
+
+class AnthropicSettingsError(PluginSettingsError):
+    """Raised when an ``[engines.<id>]`` table has an unknown key or a bad value.
+
+    A ``PluginSettingsError`` (so a ``RoderError`` and a ``ValueError``): the message starts
+    with the table (``[engines.<id>]``); ``settings_id`` is the engine id and ``setting``
+    the key, so that the runtime reports the engine as misconfigured, with where the key
+    was written.
+    """
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        found = _WHERE.match(message)
+        settings_id = found.group(1) if found else ""
+        super().__init__(settings_id, setting or (found.group(2) if found else None), message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +107,8 @@ class AnthropicSettings:
         if unknown is not None:
             raise AnthropicSettingsError(
                 f"{read.where}: unknown key {unknown!r}; known keys: "
-                f"{', '.join(sorted(KNOWN_KEYS))}"
+                f"{', '.join(sorted(KNOWN_KEYS))}",
+                setting=unknown,
             )
         base_url = read.base_url(ANTHROPIC_BASE_URL)
         context_window = read.positive_int("context_window")
@@ -126,7 +142,7 @@ class AnthropicSettings:
 
 
 def _error(message: str, setting: str | None) -> AnthropicSettingsError:
-    return AnthropicSettingsError(message)
+    return AnthropicSettingsError(message, setting=setting)
 
 
 def _thinking(value: Any, where: str) -> str | int | None:

@@ -36,6 +36,8 @@ KNOWN_KEYS = frozenset(
     }
 )
 
+MODEL_KEYS = frozenset({"context_window", "max_output_tokens", "display_name", "temperature"})
+"""The keys a ``models.<id>`` table may hold."""
 
 DEFAULT_MODELS = {"openai": "gpt-5-mini", "openai-chat": "gpt-5-mini"}
 """The model each engine type uses when nothing chooses one, against OpenAI's own API.
@@ -111,7 +113,7 @@ class EngineSettings:
         base_url = read.base_url(OPENAI_BASE_URL)
         api_key_env = read.api_key_env(base_url, OPENAI_BASE_URL, DEFAULT_API_KEY_ENV)
         context_window = read.positive_int("context_window")
-        models = read.models(context_window)
+        models = read.models(context_window, MODEL_KEYS)
         model = read.string("model")
         if model is None and models:
             model = models[0].id
@@ -170,13 +172,14 @@ def _error(message: str, setting: str | None) -> OpenAISettingsError:
     return OpenAISettingsError(message, setting=setting)
 
 
-def _temperature(table: Mapping[str, Any], where: str) -> float | None:
+def _temperature(table: Mapping[str, Any], where: str, path: str | None = None) -> float | None:
     value = table.get("temperature")
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 2:
         raise OpenAISettingsError(
-            f"{where} temperature: expected a number from 0 to 2, got {value!r}"
+            f"{where} temperature: expected a number from 0 to 2, got {value!r}",
+            setting=f"{path}.temperature" if path else "temperature",
         )
     return float(value)
 
@@ -188,7 +191,7 @@ def _model_temperatures(value: Any, where: str) -> tuple[tuple[str, float], ...]
     found = []
     for model_id, spec in value.items():
         if isinstance(spec, Mapping):
-            temperature = _temperature(spec, f"{where} models.{model_id}")
+            temperature = _temperature(spec, f"{where} models.{model_id}", f"models.{model_id}")
             if temperature is not None:
                 found.append((str(model_id), temperature))
     return tuple(found)
