@@ -5,7 +5,8 @@ home, which also re-exports the store kit's helpers). It lives apart so that
 :mod:`roder_api.storekit` and :mod:`roder_api.codec` can import it without importing
 ``roder_api.threads``, which imports the kit: no import cycle. Every public name here says
 ``roder_api.threads`` in its ``__module__``, so pickles, reprs and docs name the public
-home, as they did before the split.
+home, as they did before the split (one cost: ``inspect.getsource`` of those classes looks
+for them in ``threads.py``, and fails; their source is here).
 
 Besides the records and the bases: thread-id validation, ``UNSET``, the lease types, the
 in-process leases behind the default :meth:`ThreadStore.lease`, and :func:`replay_start`,
