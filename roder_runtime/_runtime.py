@@ -61,7 +61,7 @@ Emit = Callable[[Sequence[Event]], Awaitable[None]]
 """Receive (deliver) a batch of events, in order, after they were persisted."""
 
 
-LOAD_CHUNK = 4096
+LOAD_CHUNK = 8192
 """How many journal events :meth:`Runtime.load_thread` reads from the store per call."""
 
 

@@ -351,8 +351,20 @@ class JournalReader:
                 seq = record["seq"]
                 events = record["events"]
                 count = len(events)
+                if count == 1 and after < seq < stop:
+                    # The common case: a line of one event, and it is wanted (room >= 1).
+                    event = events[0]
+                    try:
+                        decoded = decoders[event["type"]](event)
+                    except (KeyError, TypeError):
+                        decoded = decode(event)  # the codec's own error for a bad event
+                    append(make(seq, record["t"], decoded))
+                    room -= 1
+                    if room == 0:
+                        return out
+                    continue
                 if seq > after and seq + count <= stop and count <= room:
-                    # The common case: the whole line is wanted (most hold one event).
+                    # The whole line is wanted.
                     t = record["t"]
                     for index, event in enumerate(events):
                         try:
