@@ -3,10 +3,11 @@
 ``python -m roder_api.testing._kit_child MODE FACTORY_FILE THREAD_ID ARG`` unpickles the
 store factory from ``FACTORY_FILE``, opens the store and runs ``MODE``:
 
-- ``append TAG COUNT``: appends COUNT one-event batches to the thread, each conditionally
-  on the last sequence it just read (again after a ``SequenceConflictError``), as fast as
-  it can; prints ``landed EXPECTED SEQUENCE TEXT`` for each that landed and ``conflicts N``
-  at the end;
+- ``append TAG COUNT``: opens the store, prints ``ready`` and waits for a line on stdin
+  (so that two children start appending together), then appends COUNT one-event batches to
+  the thread, each conditionally on the last sequence it just read (again after a
+  ``SequenceConflictError``), as fast as it can; prints ``landed EXPECTED SEQUENCE TEXT``
+  for each that landed and ``conflicts N`` at the end;
 - ``lease OWNER``: takes the thread's lease, prints ``held PID``, and holds it until stdin
   closes (or the process is killed); prints ``busy DESCRIPTION`` when it is refused.
 
@@ -37,6 +38,8 @@ async def _append(factory: ThreadStoreFactory, thread_id: str, tag: str, count: 
     store = await factory.open()
     conflicts = 0
     try:
+        _say("ready")
+        await anyio.to_thread.run_sync(sys.stdin.readline)  # the parent's "go"
         for index in range(count):
             text = f"{tag}:{index}"
             while True:

@@ -96,7 +96,17 @@ class ProcessChecks(StoreKitBase):
         store = thread_store
         tid = (await store.create_thread(make_metadata())).thread_id
         count = self.cross_process_appends
-        children = [_child(factory_file, "append", tid, f"p{n}", str(count)) for n in range(2)]
+        children = [
+            _child(factory_file, "append", tid, f"p{n}", str(count), stdin=True) for n in range(2)
+        ]
+        # Both children open the store first and then start together: a child that
+        # finished before the other began would race nobody.
+        for child in children:
+            assert await _line(child.stdout) == "ready\n", "a child did not open the store"
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
         outputs = [await _finish(child) for child in children]
         landed: dict[str, tuple[int, int]] = {}
         for output in outputs:
