@@ -109,6 +109,7 @@ def test_without_a_terminal_a_call_that_needs_approval_is_denied(
 ) -> None:
     done = subprocess.run(
         [*roder_command(), "prompt", 'call word_count {"text": "a b"}'],
+        stdin=subprocess.DEVNULL,  # not a terminal, and nothing piped to add to the prompt
         capture_output=True,
         text=True,
         env=tool_plugin_env(tmp_path, cli_env),

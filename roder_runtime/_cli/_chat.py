@@ -98,12 +98,14 @@ def register(subparsers: Any) -> None:
         help="send one prompt and print the reply",
         description=(
             "Send one prompt on a new thread (or --thread / -c) and print the reply on "
-            "stdout. With no TEXT, or TEXT '-', the prompt is read from stdin."
+            "stdout. Piped stdin and TEXT are one prompt: stdin first, then a space and "
+            "TEXT (as llm does). With no TEXT, or TEXT '-', stdin alone is the prompt."
         ),
         examples=(
             'roder prompt "Name three prime numbers"',
             'roder prompt -c "and three more"       continue the latest thread',
             "git diff | roder prompt --system 'Review this diff'",
+            "cat notes.txt | roder prompt 'Summarise the notes above'",
         ),
     )
     prompt.add_argument("text", nargs="*", metavar="TEXT", help="the prompt (words are joined)")
@@ -148,14 +150,18 @@ class _Chat:
     def model_label(self) -> str:
         return self.model or self.runtime.default_model(self.engine)
 
-    async def open_session(self) -> Session:
-        """Return the session, creating the thread (announced on stderr) on first use."""
+    async def open_session(self, announce: bool = False) -> Session:
+        """Return the session, creating the thread on first use.
+
+        A new thread's id is announced on stderr (``thread: <id>``), and an existing one's
+        with ``announce``, once the session holds it: a thread in use is refused unnamed.
+        """
         if self.session is not None:
             return self.session
+        created = self.thread_id is None
         if self.thread_id is None:
             meta = await self.runtime.create_thread(title=self.title)
             self.thread_id = meta.thread_id
-            note(f"thread: {self.thread_id}")
         try:
             self.session = await self.runtime.start_session(
                 self.thread_id, engine=self.engine.id, model=self.model, owner=self.owner
@@ -163,6 +169,8 @@ class _Chat:
         except ThreadBusyError as exc:
             who = exc.holder.describe() if exc.holder is not None else "another session"
             raise CommandError(f"thread {exc.thread_id} is in use by {who}") from None
+        if created or announce:
+            note(f"thread: {self.thread_id}")
         return self.session
 
     async def close_session(self) -> None:
@@ -210,15 +218,19 @@ async def chat_command(args: argparse.Namespace) -> int:
 
 
 async def prompt_command(args: argparse.Namespace) -> int:
-    """Send one prompt (the arguments, or stdin) and print the reply."""
-    words: Sequence[str] = args.text
-    if not words or list(words) == ["-"]:
-        text = await read_stdin() if not on_terminal() else ""
-        if not text.strip() and on_terminal():
-            raise CommandError("no prompt: give TEXT, or pipe it to stdin", 2)
-    else:
-        text = clean_argument(" ".join(words))
-    return await _one_prompt(args, text)
+    """Send one prompt and print the reply: piped stdin, then TEXT, as one prompt.
+
+    As ``llm`` does, what was piped comes first and TEXT after it, joined by a space
+    (``git diff | roder prompt "review this"``). TEXT ``-`` is no text: stdin alone.
+    """
+    words: Sequence[str] = [] if list(args.text) == ["-"] else args.text
+    piped = "" if on_terminal() else await read_stdin()
+    if not words and on_terminal():
+        raise CommandError("no prompt: give TEXT, or pipe it to stdin", 2)
+    parts = [piped] if piped.strip() else []
+    if words:
+        parts.append(clean_argument(" ".join(words)))
+    return await _one_prompt(args, " ".join(parts))
 
 
 async def _one_prompt(args: argparse.Namespace, text: str) -> int:
@@ -229,9 +241,8 @@ async def _one_prompt(args: argparse.Namespace, text: str) -> int:
     async with open_runtime(args) as runtime:
         chat = _Chat(runtime, args)
         chat.thread_id = await _start_thread(runtime, args)
-        if chat.thread_id is not None:
-            note(f"thread: {chat.thread_id}")
         try:
+            await chat.open_session(announce=True)
             outcome = await chat.send(text)
         finally:
             await chat.close_session()
