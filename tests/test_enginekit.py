@@ -71,6 +71,19 @@ def test_sse_lines_end_in_cr_lf_or_crlf_wherever_the_chunks_are_cut(size: int) -
     ]
 
 
+@pytest.mark.parametrize("ending", [b"\n", b"\r", b"\r\n"])
+def test_many_events_in_one_chunk_and_a_line_cut_between_chunks(ending: bytes) -> None:
+    stream = b"".join(b"id: %d%sdata: %d%s%s" % (i, ending, i, ending, ending) for i in range(500))
+    decoder = SSEDecoder()
+    cut = len(stream) - 3  # inside the last event's data line or its line ends
+    events = decoder.feed(stream[:cut] + b"")
+    events += decoder.feed(stream[cut:])
+    events += decoder.end()
+    assert [e.data for e in events] == [str(i) for i in range(500)]
+    assert events[-1].id == "499"
+    assert decoder.feed(b"data: half") == [] and decoder.end() == []
+
+
 def test_sse_keeps_unicode_line_separators_inside_data_and_drops_a_cut_event() -> None:
     stream = 'data: {"t": "a\u2028b\u0085c"}\n\ndata: cut'.encode()
     events = decode_in_pieces(stream, 5)

@@ -39,25 +39,34 @@ class SSEDecoder:
         self._retry: int | None = None
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
-        """Return the events completed by ``chunk`` (possibly none)."""
-        self._buffer += chunk
+        """Return the events completed by ``chunk`` (possibly none).
+
+        Linear in the chunk: lines are cut at a moving position, and a buffer with no CR is
+        searched for one only once (a provider's many events in one large chunk cost no
+        more than the same events one at a time).
+        """
+        buffer = self._buffer + chunk if self._buffer else chunk
         events: list[ServerSentEvent] = []
-        while True:
-            cr = self._buffer.find(b"\r")
-            lf = self._buffer.find(b"\n")
-            if cr == -1 and lf == -1:
-                return events
+        size, pos = len(buffer), 0
+        cr, lf = buffer.find(b"\r"), buffer.find(b"\n")
+        while cr != -1 or lf != -1:
+            start = pos
             if cr != -1 and (lf == -1 or cr < lf):
-                if cr == len(self._buffer) - 1:
-                    # A CR at the end of the buffer may be the first half of a CRLF.
-                    return events
-                end, skip = cr, 2 if self._buffer[cr + 1 : cr + 2] == b"\n" else 1
+                if cr == size - 1:
+                    break  # a CR at the end of the buffer may be the first half of a CRLF
+                end = cr
+                pos = cr + (2 if buffer[cr + 1 : cr + 2] == b"\n" else 1)
             else:
-                end, skip = lf, 1
-            raw, self._buffer = self._buffer[:end], self._buffer[end + skip :]
-            event = self._line(raw.decode("utf-8", errors="replace"))
+                end, pos = lf, lf + 1
+            event = self._line(buffer[start:end].decode("utf-8", errors="replace"))
             if event is not None:
                 events.append(event)
+            if cr != -1 and cr < pos:
+                cr = buffer.find(b"\r", pos)
+            if lf != -1 and lf < pos:
+                lf = buffer.find(b"\n", pos)
+        self._buffer = buffer[pos:]
+        return events
 
     def end(self) -> list[ServerSentEvent]:
         """Return the events completed at the end of the stream (a final lone CR line)."""
