@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from roder_api.enginekit import (
+    EngineSettingsError,
     ServerSentEvent,
     SettingsTable,
     SSEDecoder,
@@ -28,6 +29,7 @@ from roder_api.enginekit import (
     text_characters,
     transport_failure,
 )
+from roder_api.errors import PluginSettingsError
 from roder_api.inference import ProviderFailure, ProviderFailureKind
 from roder_api.transcript import (
     AssistantMessage,
@@ -250,6 +252,20 @@ def test_a_bad_value_is_an_error_that_names_the_table_and_key(
         READERS[reader](table(values))
     assert message in str(caught.value)
     assert caught.value.setting == setting
+
+
+def test_an_engine_settings_error_reads_the_engine_and_key_from_its_message() -> None:
+    class MyError(EngineSettingsError):
+        pass
+
+    with pytest.raises(MyError) as caught:
+        SettingsTable("local-llm", {"models": {"a": {"context_window": 0}}}, MyError).models(1)
+    error = caught.value
+    assert isinstance(error, PluginSettingsError)
+    assert error.settings_id == "local-llm" and error.setting == "models.a.context_window"
+    plain = EngineSettingsError("[engines.x] timeout: expected a positive number of seconds")
+    assert (plain.settings_id, plain.setting) == ("x", "timeout")
+    assert EngineSettingsError("no table here").settings_id == ""
 
 
 def test_values_and_defaults_are_read() -> None:

@@ -10,7 +10,8 @@ from, so that a new engine need not write them again. None of it needs an HTTP c
   :func:`transport_failure`), ``Retry-After`` (:func:`parse_retry_after`,
   :func:`parse_retry_after_ms`), key redaction (:func:`redact`), and the refusal of input
   that cannot fit the context window (:func:`check_fits`, :func:`text_characters`);
-- ``[engines.<id>]`` tables read with errors that name the key (:class:`SettingsTable`),
+- ``[engines.<id>]`` tables read with errors that name the key (:class:`SettingsTable`,
+  :class:`EngineSettingsError`),
   and the key read from the environment per request (:func:`api_key_from_env`);
 - replay: the last boundary (:func:`split_at_boundary`), tool calls only in pairs
   (:func:`paired_tool_ids`), the plugin's own kept items (:func:`kept_entry`).
@@ -45,12 +46,18 @@ from roder_api.enginekit._replay import (
     paired_tool_ids,
     split_at_boundary,
 )
-from roder_api.enginekit._settings import SettingsErrorFactory, SettingsTable, api_key_from_env
+from roder_api.enginekit._settings import (
+    EngineSettingsError,
+    SettingsErrorFactory,
+    SettingsTable,
+    api_key_from_env,
+)
 from roder_api.enginekit._sse import ServerSentEvent, SSEDecoder, aiter_sse, event_json
 
 __all__ = [
     "CHARS_PER_TOKEN_BOUND",
     "CHARS_PER_TOKEN_ESTIMATE",
+    "EngineSettingsError",
     "KEY_PATTERN",
     "MAX_ERROR_BODY",
     "SSEDecoder",

@@ -8,9 +8,11 @@ key itself is read from the environment by :func:`api_key_from_env`, at request 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from roder_api.errors import PluginSettingsError
 from roder_api.inference import ModelDescriptor, ProviderFailure, ProviderFailureKind
 
 SettingsErrorFactory = Callable[[str, "str | None"], Exception]
@@ -19,6 +21,25 @@ SettingsErrorFactory = Callable[[str, "str | None"], Exception]
 _Nested = tuple[Mapping[str, Any], str, str]
 """A table inside the table: its values, where it is (for messages), and its dotted path
 (``models.m``: an error's ``setting`` is the path and the key, ``models.m.context_window``)."""
+
+
+_WHERE = re.compile(r"\[engines\.([^\]]+)\](?: (\w+))?")
+
+
+class EngineSettingsError(PluginSettingsError):
+    """An engine plugin's settings error, made from the message alone.
+
+    The message starts with the table (``[engines.<id>] <key>: ...``); ``settings_id`` is
+    read from it, and ``setting`` too unless given (a dotted path for a nested key,
+    ``models.m.context_window``), so that the runtime reports the engine as misconfigured,
+    with where the key was written. Subclass it for your plugin, and hand the subclass to
+    :class:`SettingsTable` as its ``error``.
+    """
+
+    def __init__(self, message: str, setting: str | None = None) -> None:
+        found = _WHERE.match(message)
+        settings_id = found.group(1) if found else ""
+        super().__init__(settings_id, setting or (found.group(2) if found else None), message)
 
 
 class SettingsTable:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from roder_api.enginekit import SettingsTable, api_key_from_env
-from roder_api.errors import PluginSettingsError
+from roder_api.enginekit import EngineSettingsError, SettingsTable, api_key_from_env
 from roder_api.inference import ModelDescriptor
 
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
@@ -53,10 +51,7 @@ MODEL_KEYS = frozenset({"context_window", "max_output_tokens", "display_name"})
 """The keys a ``models.<id>`` table may hold."""
 
 
-_WHERE = re.compile(r"\[engines\.([^\]]+)\](?: (\w+))?")
-
-
-class AnthropicSettingsError(PluginSettingsError):
+class AnthropicSettingsError(EngineSettingsError):
     """Raised when an ``[engines.<id>]`` table has an unknown key or a bad value.
 
     A ``PluginSettingsError`` (so a ``RoderError`` and a ``ValueError``): the message starts
@@ -64,11 +59,6 @@ class AnthropicSettingsError(PluginSettingsError):
     the key, so that the runtime reports the engine as misconfigured, with where the key
     was written.
     """
-
-    def __init__(self, message: str, *, setting: str | None = None) -> None:
-        found = _WHERE.match(message)
-        settings_id = found.group(1) if found else ""
-        super().__init__(settings_id, setting or (found.group(2) if found else None), message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +92,7 @@ class AnthropicSettings:
 
         Raise :class:`AnthropicSettingsError` naming the key for an unknown key or bad value.
         """
-        read = SettingsTable(engine_id, table, _error)
+        read = SettingsTable(engine_id, table, AnthropicSettingsError)
         unknown = read.unknown_key(KNOWN_KEYS)
         if unknown is not None:
             raise AnthropicSettingsError(
@@ -139,10 +129,6 @@ class AnthropicSettings:
     def model_descriptor(self, model: str) -> ModelDescriptor | None:
         """Return the configured descriptor of ``model`` (None when it is not listed)."""
         return next((m for m in self.models if m.id == model), None)
-
-
-def _error(message: str, setting: str | None) -> AnthropicSettingsError:
-    return AnthropicSettingsError(message, setting=setting)
 
 
 def _thinking(value: Any, where: str) -> str | int | None:

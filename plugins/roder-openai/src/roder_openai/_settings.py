@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from roder_api.enginekit import SettingsTable, api_key_from_env
-from roder_api.errors import PluginSettingsError
+from roder_api.enginekit import EngineSettingsError, SettingsTable, api_key_from_env
 from roder_api.inference import ModelDescriptor
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -49,20 +47,13 @@ else the first of its ``models`` (else a model must be chosen).
 ENGINE_TYPES = ("openai", "openai-chat")
 """The values of ``type`` in an ``[engines.<id>]`` table that make an engine of this plugin."""
 
-_WHERE = re.compile(r"\[engines\.([^\]]+)\](?: (\w+))?")
 
-
-class OpenAISettingsError(PluginSettingsError):
+class OpenAISettingsError(EngineSettingsError):
     """Raised when an ``[engines.<id>]`` table has an unknown key or a bad value.
 
     The message starts with the table (``[engines.<id>]``); ``settings_id`` is the engine
     id and ``setting`` the key, so that the runtime can say where the key was written.
     """
-
-    def __init__(self, message: str, *, setting: str | None = None) -> None:
-        found = _WHERE.match(message)
-        settings_id = found.group(1) if found else ""
-        super().__init__(settings_id, setting or (found.group(2) if found else None), message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +87,7 @@ class EngineSettings:
 
         Raise :class:`OpenAISettingsError` naming the key for an unknown key or bad value.
         """
-        read = SettingsTable(engine_id, table, _error)
+        read = SettingsTable(engine_id, table, OpenAISettingsError)
         where = read.where
         engine_type = read.values.pop("type", None)
         if engine_type is not None and engine_type not in ENGINE_TYPES:
@@ -166,10 +157,6 @@ class EngineSettings:
         Raise ``ProviderFailure`` (authentication) when the variable is named but unset.
         """
         return api_key_from_env(self.api_key_env)
-
-
-def _error(message: str, setting: str | None) -> OpenAISettingsError:
-    return OpenAISettingsError(message, setting=setting)
 
 
 def _temperature(table: Mapping[str, Any], where: str, path: str | None = None) -> float | None:
