@@ -214,11 +214,12 @@ class _Loader:
     def where_nested(self, table: str, key: str) -> str:
         """Return where ``table.key`` was written: its own line, else its table's.
 
-        A key inside an inline table (``m = { context_window = 9 }``) has no line of its
-        own: the line that opened the inline table is given.
+        A table written as ``[table.key]`` is given its header's line. A key inside an
+        inline table (``m = { context_window = 9 }``) has no line of its own: the line that
+        opened the inline table is given.
         """
         while True:
-            line = self.line(table, key)
+            line = self.line(table, key) or self.line(f"{table}.{key}", "")
             if line is not None or "." not in table:
                 break
             table, key = table.rsplit(".", 1)

@@ -74,3 +74,12 @@ def test_a_bad_value_in_a_models_table_names_its_line(tmp_path: Path) -> None:
     )
     _, reason = load_registry(load_config(path, environ={})).misconfigured["openai"]
     assert reason.startswith(f"{path}:5: ") and "max_output_tokens" in reason
+
+
+def test_a_model_table_is_located_by_its_header(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('[engines.openai]\nmodel = "m"\n\n[engines.openai.models.m]\n')
+    config = load_config(path, environ={})
+    assert config.setting_source("openai", "models.m") == f"{path}:4"
+    # A key that is not there is given the place of the nearest table that is.
+    assert config.setting_source("openai", "models.m.absent") == f"{path}:4"
