@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -217,7 +217,7 @@ class RelationalThreadStore(BlockingThreadStore):
         return int(found[0]), int(found[1]), found[2]
 
     @staticmethod
-    def _events(rows: Sequence[Any]) -> list[JournalEvent]:
+    def _events(rows: Iterable[Any]) -> list[JournalEvent]:
         return journal_events(rows)
 
     def get_sync(self, thread_id: str) -> ThreadMetadata:
@@ -234,11 +234,12 @@ class RelationalThreadStore(BlockingThreadStore):
             _, boundary, _ = self._row(conn, thread_id)
             if replay:
                 after = max(after, replay_after(boundary))
-            rows = conn.execute(
+            cursor = conn.execute(
                 self.sql(_EVENTS + "AND sequence > ? ORDER BY sequence LIMIT ?"),
                 (thread_id, after, self.no_limit if limit is None else limit),
-            ).fetchall()
-        return self._events(rows)
+            )
+            # Decoded straight from the cursor: no list of every row next to the events.
+            return self._events(cursor)
 
     def page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
         """Return up to ``limit`` events below ``before``, ascending."""
