@@ -161,3 +161,34 @@ async def test_close_writes_what_was_handed_over_then_ends_the_committer() -> No
     with pytest.raises(StoppedError, match="closed"):
         await group.submit(2)
     assert written == [1]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_usable_from_a_later_event_loop_even_if_the_first_ended_mid_batch(backend: str) -> None:
+    # One object, two event loops one after the other (two anyio.run calls): the first ends
+    # while its batch is still being written; the second loop's commits must not wait for
+    # a wake-up that the dead loop can no longer deliver.
+    release = threading.Event()
+    written: list[int] = []
+
+    def write(items: list[int]) -> Sequence[int | BaseException]:
+        if 1 in items:
+            release.wait(10)
+        written.extend(items)
+        return list(items)
+
+    group: GroupCommit[int, int] = GroupCommit(write)
+
+    async def first() -> None:
+        with anyio.move_on_after(0.1):
+            await group.submit(1)
+
+    async def second() -> list[int]:
+        with anyio.fail_after(5):
+            return [await group.submit(2), await group.submit(3)]
+
+    anyio.run(first, backend=backend)
+    release.set()
+    time.sleep(0.05)  # the committer finishes batch 1 and finds its loop closed
+    assert anyio.run(second, backend=backend) == [2, 3]
+    assert written == [1, 2, 3]

@@ -104,7 +104,9 @@ class GroupCommit(Generic[ItemT, ResultT]):
         self._limiter = limiter
         self._forming: _Batch[ItemT, ResultT] | None = None
         self._busy = False  # a batch is with the committer (event loop side only)
+        self._in_flight: _Batch[ItemT, ResultT] | None = None
         self._call_soon: Callable[[Callable[[], object]], object] | None = None
+        # Batches with the event loop's "call soon" to wake their callers with; or _STOP.
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._thread_lock = threading.Lock()
@@ -114,10 +116,14 @@ class GroupCommit(Generic[ItemT, ResultT]):
 
     async def submit(self, item: ItemT) -> ResultT:
         """Queue ``item`` for the next batch; return its outcome once the batch is written."""
-        if self._call_soon is None:
-            self._call_soon = _thread_safe_caller()
-            if self._call_soon is None:
-                return await self._submit_via_worker_threads(item)
+        call_soon = _thread_safe_caller()
+        if call_soon is None:
+            return await self._submit_via_worker_threads(item)
+        if call_soon != self._call_soon:
+            # Another event loop than the last one: what the last one left (a batch being
+            # written whose wake-up it can no longer receive, one forming) is not ours.
+            self._call_soon, self._forming, self._busy = call_soon, None, False
+            self._in_flight = None
         batch = self._forming
         if batch is None:
             batch = self._forming = _Batch()
@@ -153,6 +159,8 @@ class GroupCommit(Generic[ItemT, ResultT]):
         batch, self._forming = self._forming, None
         assert batch is not None
         self._busy = True
+        call_soon = self._call_soon
+        assert call_soon is not None
         with self._thread_lock:
             if self._closed:
                 self._busy = False
@@ -160,7 +168,8 @@ class GroupCommit(Generic[ItemT, ResultT]):
                 batch.outcomes = [closed] * len(batch.items)
                 batch.done.set()
                 return
-            self._queue.put(batch)
+            self._in_flight = batch
+            self._queue.put((batch, call_soon))
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="roder-group-commit", daemon=True
@@ -171,6 +180,9 @@ class GroupCommit(Generic[ItemT, ResultT]):
         """Wake the callers of a written batch; hand over the next (on the event loop)."""
         self.batches += 1
         batch.done.set()
+        if self._in_flight is not batch:
+            return  # handed over on an event loop that is gone; this one did not wait
+        self._in_flight = None
         self._busy = False
         if self._forming is not None:
             self._hand_over()
@@ -190,8 +202,6 @@ class GroupCommit(Generic[ItemT, ResultT]):
         return outcomes
 
     def _run(self) -> None:
-        call_soon = self._call_soon
-        assert call_soon is not None
         while True:
             try:
                 work = self._queue.get(timeout=IDLE_EXIT_S)
@@ -205,12 +215,14 @@ class GroupCommit(Generic[ItemT, ResultT]):
                 with self._thread_lock:
                     self._thread = None
                 return
-            batch: _Batch[ItemT, ResultT] = work  # type: ignore[assignment]
+            batch: _Batch[ItemT, ResultT]
+            call_soon: Callable[[Callable[[], object]], object]
+            batch, call_soon = work  # type: ignore[misc]
             batch.outcomes = self._outcomes(batch.items)
             try:
                 call_soon(functools.partial(self._written, batch))
             except RuntimeError:
-                pass  # the event loop is closed: nobody waits for the batch any more
+                pass  # that event loop is closed: nobody waits for the batch any more
 
     # --- other event loops: the worker threads of anyio -----------------------------------
 
