@@ -153,6 +153,9 @@ _ENV_OVERRIDES: tuple[tuple[str, str], ...] = (
 )
 
 
+_NESTED_DEPTH = 8
+"""How many tables deep inside a plugin's table the lines of keys are recorded."""
+
 _KEY_PART = r'(?:"[^"]*"|[A-Za-z0-9_-]+)'
 _HEADER = re.compile(r"^\s*\[\s*([^\]]+?)\s*\]")
 _KEYED = re.compile(rf"^\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
@@ -177,7 +180,7 @@ def _line_index(text: str) -> dict[tuple[str | None, str], int]:
         if match:
             parts = [q if q else bare for q, bare in _PARTS.findall(match.group(1))]
             table = current
-            for part in parts:
+            for part in parts[: _NESTED_DEPTH + 2]:  # [engines.<id>] and its tables
                 index.setdefault((table, part), number)
                 table = f"{table}.{part}" if table else part
     return index
@@ -226,11 +229,18 @@ class _Loader:
         return f"{self.source}:{line}" if line else self.source
 
     def note_nested(self, table: str, value: Mapping[str, Any]) -> None:
-        """Record where every key of a plugin's ``table`` was written, nested tables too."""
-        for key, item in value.items():
-            self.sources[f"{table}.{key}"] = self.where_nested(table, key)
-            if isinstance(item, Mapping):
-                self.note_nested(f"{table}.{key}", item)
+        """Record where every key of a plugin's ``table`` was written, nested tables too.
+
+        Down to ``_NESTED_DEPTH`` tables deep: a deeper key is given its ancestor's place
+        (and a hostile file of thousands of dotted levels costs no more).
+        """
+        pending: list[tuple[str, Mapping[str, Any], int]] = [(table, value, 0)]
+        while pending:
+            name, mapping, depth = pending.pop()
+            for key, item in mapping.items():
+                self.sources[f"{name}.{key}"] = self.where_nested(name, key)
+                if isinstance(item, Mapping) and depth + 1 < _NESTED_DEPTH:
+                    pending.append((f"{name}.{key}", item, depth + 1))
 
     def int_value(self, value: Any, table: str | None, key: str, minimum: int = 0) -> int:
         if isinstance(value, bool) or not isinstance(value, int):

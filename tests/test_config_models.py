@@ -83,3 +83,12 @@ def test_a_model_table_is_located_by_its_header(tmp_path: Path) -> None:
     assert config.setting_source("openai", "models.m") == f"{path}:4"
     # A key that is not there is given the place of the nearest table that is.
     assert config.setting_source("openai", "models.m.absent") == f"{path}:4"
+
+
+def test_thousands_of_dotted_levels_load_without_recursing(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("[engines.openai]\nmodels.m." + "a." * 5000 + "z = 1\n")
+    config = load_config(path, environ={})
+    assert config.setting_source("openai", "models.m." + "a." * 5000 + "z") == f"{path}:2"
+    _, reason = load_registry(config).misconfigured["openai"]
+    assert reason.startswith(f"{path}:2: ") and "'a'" in reason
