@@ -138,7 +138,7 @@ def test_a_sigkilled_roder_chat_frees_its_thread(cli_env: dict[str, str]) -> Non
 # --- two runtimes in two processes, on every store -------------------------------------------
 
 
-@pytest.fixture(params=["jsonl", "sqlite", "postgres"])
+@pytest.fixture(params=["jsonl", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """Yield (kind, where) of a store two processes share."""
     kind = str(request.param)
