@@ -234,10 +234,16 @@ class RelationalThreadStore(BlockingThreadStore):
             _, boundary, _ = self._row(conn, thread_id)
             if replay:
                 after = max(after, replay_after(boundary))
-            cursor = conn.execute(
-                self.sql(_EVENTS + "AND sequence > ? ORDER BY sequence LIMIT ?"),
-                (thread_id, after, self.no_limit if limit is None else limit),
-            )
+            params: tuple[int | None, ...]
+            if limit is None:
+                query, params = "AND sequence > ? ORDER BY sequence LIMIT ?", (after, self.no_limit)
+            else:
+                # Sequences are consecutive, so the upper bound changes no answer; it keeps
+                # a planner without statistics (a thread just written) from sorting the
+                # whole rest of the thread for every chunk of Runtime.load_thread.
+                query = "AND sequence > ? AND sequence <= ? ORDER BY sequence LIMIT ?"
+                params = (after, after + limit, limit)
+            cursor = conn.execute(self.sql(_EVENTS + query), (thread_id, *params))
             # Decoded straight from the cursor: no list of every row next to the events.
             return self._events(cursor)
 
