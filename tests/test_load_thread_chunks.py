@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import roder_runtime._runtime as runtime_module
+from roder_api.errors import StoreCorruptedError
 from roder_api.events import Event, ItemCompleted, UsageUpdated
 from roder_api.extension import ExtensionRegistryBuilder
 from roder_api.inference import TokenUsage
@@ -67,3 +68,33 @@ async def test_load_thread_in_chunks_folds_like_one_read(
         snap = await runtime.load_thread(empty)
         assert snap is not None and snap.turns == ()
         assert await runtime.load_thread("no-such-thread") is None
+
+
+@pytest.mark.parametrize("line", [2, 50, 51, 52, 130, 201])
+async def test_a_flipped_bit_fails_a_chunked_load_and_nothing_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: int
+) -> None:
+    """Every line's checksum is checked on a chunked load, also when the store knows the
+    journal already (its index vouches for the size, so only the read loop can notice)."""
+    monkeypatch.setattr(runtime_module, "LOAD_CHUNK", 50)  # 4 chunks, binary searches
+    factory = JsonlThreadStoreFactory(tmp_path / "store")
+    async with _runtime(factory) as runtime:
+        tid = (await runtime.create_thread()).thread_id
+        items = [UserMessage(f"{i} " + "lorem ipsum " * 30) for i in range(200)]
+        for i, item in enumerate(items):
+            await runtime.persist_turn_item(tid, f"turn-{i // 3}", item)
+        snapshot = await runtime.load_thread(tid)  # the store now knows the journal
+        assert snapshot is not None and snapshot.items == items
+        path = (await runtime.store()).journal_path(tid)  # type: ignore[attr-defined]
+        data = path.read_bytes()
+        start = 0
+        for _ in range(line - 1):
+            start = data.index(b"\n", start) + 1
+        position = data.index(b"lorem", start) + 2  # inside the record's text
+        damaged = data[:position] + bytes([data[position] ^ 0x01]) + data[position + 1 :]
+        path.write_bytes(damaged)
+        with pytest.raises(StoreCorruptedError):
+            await runtime.load_thread(tid)
+        with pytest.raises(StoreCorruptedError):
+            await runtime.load_thread(tid)  # judged the same way again
+        assert path.read_bytes() == damaged
