@@ -21,7 +21,7 @@ from roder_api.transcript import AssistantMessage, TranscriptItem, UserMessage
 from roder_runtime import CompactionConfig, Interrupt, RuntimeConfig, Steer, UserInput
 
 from .conftest import make_runtime
-from .test_session import events_until, journal
+from .session_support import events_until, journal
 
 pytestmark = pytest.mark.anyio
 

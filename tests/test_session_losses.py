@@ -46,7 +46,7 @@ from roder_api.transcript import UserMessage
 from roder_runtime import Op, Runtime, RuntimeConfig, Session, Steer, UserInput
 
 from .conftest import make_runtime
-from .test_session import events_until, journal
+from .session_support import events_until, journal
 
 pytestmark = pytest.mark.anyio
 
