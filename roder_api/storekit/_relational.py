@@ -18,6 +18,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+import anyio
+import anyio.to_thread
+
 from roder_api._thread_contract import EventPage, ThreadMetadata, ThreadPage
 from roder_api.codec import journal_events, loads
 from roder_api.errors import RoderError, ThreadNotFoundError
@@ -173,6 +176,14 @@ class RelationalThreadStore(BlockingThreadStore):
             if translated is None:
                 raise
             raise translated from exc
+
+    async def aclose(self) -> None:
+        """Close the store once the group commit wrote what it was handed, and ended."""
+        appends = self._appends
+        if appends is not None and not self.closed:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(appends.close, limiter=self.limiter)
+        await super().aclose()
 
     def append_sync(
         self,
