@@ -138,13 +138,28 @@ async def w2(root: Path, sizes: Sizes) -> dict[str, float | None]:
                 )
             return time.perf_counter() - start
 
+        async def roder_batch() -> float:
+            # The like-for-like call to the peer's: one batch of ``tasks`` items per round.
+            tid = (await runtime.create_thread()).thread_id
+            start = time.perf_counter()
+            for _ in range(rounds):
+                await persist_many(runtime, tid, [user_item(i) for i in range(tasks)])
+            return time.perf_counter() - start
+
+        extra: dict[str, float] = {}
         roder_s, raw_s, peer_s = await interleaved(
-            roder, raw, peer if peer_available() else None, sizes.repeats
+            roder,
+            raw,
+            peer if peer_available() else None,
+            sizes.repeats,
+            {"batch": roder_batch},
+            extra,
         )
     return {
         "raw": total / raw_s,
         "roder": total / roder_s,
         "peer": None if peer_s is None else total / peer_s,
+        "roder_batch": total / extra["batch"],
     }
 
 

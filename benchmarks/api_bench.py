@@ -12,7 +12,9 @@ user messages of about 400 bytes.
   writer thread and awaited (the least any store pays that keeps blocking I/O off the loop).
 - W2: 50 concurrent ``persist_turn_item`` calls to one thread, every one durable before it
   returns. Raw: 50 writes and one ``fdatasync``. Peer: ``add_items`` of 50 items (its batch
-  API). The target compares with W1's raw rate (a sync per append).
+  API). The target compares with W1's raw rate (a sync per append). An (info) row: Roder's
+  own batch call, ``persist_turn_items`` of 50 items (the peer's call), against the raw
+  batch (50 writes, one ``fdatasync``).
 - W3: ``load_thread`` of a 50,000-item thread on a runtime opened just before (outside the
   timing). Raw: read the file and ``orjson.loads`` each line. Peer: ``get_items()`` on a
   fresh session. Peak memory (tracemalloc) of Roder and raw, measured apart.
@@ -124,6 +126,20 @@ def rows_from(results: dict[str, dict[str, float | None]], sizes: Sizes) -> list
             8.0,
             base if base is not None else raw2,
         )
+        batch = results["w2"].get("roder_batch")
+        if batch is not None:
+            rows.append(
+                Row(
+                    f"W2 (info) persist_turn_items of {sizes.w2_tasks} (the peer's call)",
+                    "/s",
+                    raw2,
+                    batch,
+                    results["w2"]["peer"],
+                    batch / raw2,
+                    "(info)",
+                    None,
+                )
+            )
     if "w3" in results:
         time_row(f"W3 load_thread, {sizes.w3_items:,} items", "w3", 0.5, faster=True)
     if "w4" in results:
