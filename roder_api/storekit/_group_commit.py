@@ -13,7 +13,7 @@ it a batch through a ``queue.SimpleQueue`` and the committer hands the outcomes 
 the event loop's own thread-safe "call soon" (asyncio's ``call_soon_threadsafe``, trio's
 ``TrioToken.run_sync_soon``): one thread wake-up each way per batch and no per-call
 thread-pool bookkeeping, which is most of what a single durable append costs besides its
-sync. On another event loop the batches run through ``anyio.to_thread`` instead.
+sync.
 
 The primitive is generic over the write: ``write(items)`` is a blocking function that
 commits a batch (to one thread or many) and returns one outcome per item, in order: the
@@ -33,7 +33,6 @@ from typing import Generic, TypeVar
 
 import anyio
 import anyio.lowlevel
-import anyio.to_thread
 
 from roder_api.errors import StoppedError
 
@@ -58,11 +57,11 @@ class _Batch(Generic[ItemT, ResultT]):
         self.done = anyio.Event()
 
 
-def _thread_safe_caller() -> Callable[[Callable[[], object]], object] | None:
-    """Return the running event loop's thread-safe "call soon", or None when unknown.
+def _thread_safe_caller() -> Callable[[Callable[[], object]], object]:
+    """Return the running event loop's thread-safe "call soon".
 
     Backend-neutral: asyncio's ``loop.call_soon_threadsafe`` or trio's
-    ``TrioToken.run_sync_soon``, whichever loop runs this thread.
+    ``TrioToken.run_sync_soon``, whichever loop runs this thread (anyio runs on no other).
     """
     asyncio = sys.modules.get("asyncio")
     if asyncio is not None:
@@ -76,7 +75,7 @@ def _thread_safe_caller() -> Callable[[Callable[[], object]], object] | None:
             return trio.lowlevel.current_trio_token().run_sync_soon  # type: ignore[no-any-return]
         except RuntimeError:
             pass
-    return None
+    raise RuntimeError("GroupCommit.submit must be awaited in an asyncio or trio event loop")
 
 
 class GroupCommit(Generic[ItemT, ResultT]):
@@ -85,9 +84,9 @@ class GroupCommit(Generic[ItemT, ResultT]):
     ``write`` takes the items of one batch and returns one outcome per item (a result, or
     an exception to raise in that item's caller); it runs on the committer thread, one
     batch at a time (see the module docstring). :meth:`submit` queues an item and returns
-    its result once the batch holding it is written. ``limiter`` bounds the worker threads
-    only where batches run through ``anyio.to_thread`` (an event loop other than asyncio
-    and trio); the committer is one thread of its own.
+    its result once the batch holding it is written. ``limiter`` is accepted for the
+    callers written before the committer thread and ignored: the committer is one thread
+    of its own, not one of a pool.
 
     An object belongs to one event loop (the waiting is done with anyio events); create one
     per store and loop. A batch handed to the committer is written whatever happens to its
@@ -100,8 +99,8 @@ class GroupCommit(Generic[ItemT, ResultT]):
         *,
         limiter: anyio.CapacityLimiter | None = None,
     ) -> None:
+        del limiter  # see the class docstring
         self._write = write
-        self._limiter = limiter
         self._forming: _Batch[ItemT, ResultT] | None = None
         self._busy = False  # a batch is with the committer (event loop side only)
         self._in_flight: _Batch[ItemT, ResultT] | None = None
@@ -117,8 +116,6 @@ class GroupCommit(Generic[ItemT, ResultT]):
     async def submit(self, item: ItemT) -> ResultT:
         """Queue ``item`` for the next batch; return its outcome once the batch is written."""
         call_soon = _thread_safe_caller()
-        if call_soon is None:
-            return await self._submit_via_worker_threads(item)
         if call_soon != self._call_soon:
             # Another event loop than the last one: what the last one left (a batch being
             # written whose wake-up it can no longer receive, one forming) is not ours.
@@ -223,38 +220,3 @@ class GroupCommit(Generic[ItemT, ResultT]):
                 call_soon(functools.partial(self._written, batch))
             except RuntimeError:
                 pass  # that event loop is closed: nobody waits for the batch any more
-
-    # --- other event loops: the worker threads of anyio -----------------------------------
-
-    async def _submit_via_worker_threads(self, item: ItemT) -> ResultT:
-        batch = self._forming
-        if batch is None:
-            batch = self._forming = _Batch()
-        index = len(batch.items)
-        batch.items.append(item)
-        if self._busy:
-            await batch.done.wait()
-        else:
-            await self._lead()
-        outcome = batch.outcomes[index]
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
-
-    async def _lead(self) -> None:
-        """Write batches until none is queued: items arriving meanwhile share a write."""
-        self._busy = True
-        try:
-            # Shielded: the callers of a batch wait for it, whatever happens to the leader.
-            with anyio.CancelScope(shield=True):
-                while self._forming is not None:
-                    await anyio.lowlevel.checkpoint()
-                    batch, self._forming = self._forming, None
-                    assert batch is not None
-                    batch.outcomes = await anyio.to_thread.run_sync(
-                        self._outcomes, batch.items, limiter=self._limiter
-                    )
-                    self.batches += 1
-                    batch.done.set()
-        finally:
-            self._busy = False

@@ -166,7 +166,7 @@ class RelationalThreadStore(BlockingThreadStore):
     ) -> list[JournalEvent]:
         """Commit the batch together with the appends that arrive meanwhile (group commit)."""
         if self._appends is None:
-            self._appends = GroupCommit(self._append_group, limiter=self.limiter)
+            self._appends = GroupCommit(self._append_group)
         try:
             return await self._appends.submit(
                 _Append(thread_id, events, payloads, expected_last_sequence)

@@ -131,7 +131,7 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
         if self.durability != "group":
             return await super().submit_append(thread_id, events, payloads, expected_last_sequence)
         if self._group is None:
-            self._group = GroupCommit(self._writer.commit, limiter=self.limiter)
+            self._group = GroupCommit(self._writer.commit)
         commit = self._writer.events_commit(
             thread_id, events_list(payloads), events, expected_last_sequence
         )
