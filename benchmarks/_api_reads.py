@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import gc
-import os
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import orjson
 from _api_common import (
     Sizes,
     interleaved,
@@ -22,6 +19,7 @@ from _api_common import (
     runtime_at,
     user_item,
 )
+from _store_raw import raw_load, raw_tail  # the same raw reads as store_bench's
 
 from roder_api.extension import ExtensionRegistryBuilder
 from roder_api.testing import ScriptedEngine
@@ -30,24 +28,6 @@ from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig
 
 # --- W3 / W4: reads of a long thread ----------------------------------------------------------
-
-
-def raw_load(path: Path) -> list[Any]:
-    with open(path, "rb") as file:
-        return [orjson.loads(line) for line in file]
-
-
-def raw_tail(path: Path, lines: int = 20) -> list[Any]:
-    with open(path, "rb") as file:
-        size = file.seek(0, os.SEEK_END)
-        chunk = 1 << 14
-        while True:
-            file.seek(max(0, size - chunk))
-            parts = file.read().split(b"\n")
-            if len(parts) > lines + 1 or chunk >= size:
-                break
-            chunk *= 2
-    return [orjson.loads(line) for line in parts[-lines - 1 : -1]]
 
 
 @dataclass

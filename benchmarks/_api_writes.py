@@ -26,6 +26,21 @@ from _api_common import (
 _datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 
 
+def synced_writes(path: Path, chunks: list[bytes]) -> float:
+    """Return the seconds to append each chunk to a new file with ``write`` + ``fdatasync``
+    (one sync per chunk: the raw W1 and W2 baselines); the file is removed after."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        start = time.perf_counter()
+        for chunk in chunks:
+            os.write(fd, chunk)
+            _datasync(fd)
+        return time.perf_counter() - start
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
 async def raw_appends_via_a_thread(path: Path, n: int) -> float:
     """``write`` + ``fdatasync`` per item, each handed to one writer thread and awaited: the
     least a durable append costs when blocking I/O stays off the event loop (a queue to the
@@ -60,17 +75,9 @@ async def w1(root: Path, sizes: Sizes) -> dict[str, float | None]:
     n = sizes.w1_items
 
     async def raw() -> float:
-        path = root / f"w1-{time.monotonic_ns()}.jsonl"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            start = time.perf_counter()
-            for i in range(n):
-                os.write(fd, raw_line(i))
-                _datasync(fd)
-            return time.perf_counter() - start
-        finally:
-            os.close(fd)
-            path.unlink()
+        return synced_writes(
+            root / f"w1-{time.monotonic_ns()}.jsonl", [raw_line(i) for i in range(n)]
+        )
 
     async def peer() -> float:
         with peer_session(f"s{time.monotonic_ns()}", root / "w1-peer.db") as session:
@@ -108,17 +115,8 @@ async def w2(root: Path, sizes: Sizes) -> dict[str, float | None]:
     total = tasks * rounds
 
     async def raw() -> float:
-        path = root / f"w2-{time.monotonic_ns()}.jsonl"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            start = time.perf_counter()
-            for _ in range(rounds):
-                os.write(fd, b"".join(raw_line(i) for i in range(tasks)))
-                _datasync(fd)
-            return time.perf_counter() - start
-        finally:
-            os.close(fd)
-            path.unlink()
+        batch = b"".join(raw_line(i) for i in range(tasks))
+        return synced_writes(root / f"w2-{time.monotonic_ns()}.jsonl", [batch] * rounds)
 
     async def peer() -> float:
         with peer_session(f"s{time.monotonic_ns()}", root / "w2-peer.db") as session:
