@@ -22,10 +22,10 @@ import socket
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from roder_api._record import Record, from_dict, register
 from roder_api.errors import (
@@ -35,6 +35,7 @@ from roder_api.errors import (
 )
 from roder_api.events import (
     Event,
+    ItemCompleted,
     JournalEvent,
     is_boundary_event,
 )
@@ -90,6 +91,47 @@ class Turn:
 
     turn_id: str
     items: tuple[TranscriptItem, ...]
+
+
+class TurnFold:
+    """Groups transcript items into turns, in journal order, across any number of reads.
+
+    Consecutive items of one turn id make one :class:`Turn` (a turn id that comes back
+    later starts a new turn), also when a read ends in the middle of a turn. What
+    :meth:`ThreadStore.read_snapshot` and ``turns_from_events`` are built from.
+    """
+
+    __slots__ = ("_items", "_turn_id", "_turns")
+
+    def __init__(self) -> None:
+        self._turns: list[Turn] = []
+        self._turn_id: str | None = None
+        self._items: list[TranscriptItem] = []
+
+    def add(self, turn_id: str, item: TranscriptItem) -> None:
+        """Add one item of turn ``turn_id``."""
+        if turn_id != self._turn_id:
+            self._close()
+            self._turn_id = turn_id
+        self._items.append(item)
+
+    def add_events(self, entries: Iterable[JournalEvent]) -> None:
+        """Add the items of the ``ItemCompleted`` events among ``entries``."""
+        add = self.add
+        for entry in entries:
+            event = entry.event
+            if isinstance(event, ItemCompleted):
+                add(event.turn_id, event.item)
+
+    def turns(self) -> tuple[Turn, ...]:
+        """Return the turns folded so far (the last one included)."""
+        self._close()
+        return tuple(self._turns)
+
+    def _close(self) -> None:
+        if self._turn_id is not None and self._items:
+            self._turns.append(Turn(self._turn_id, tuple(self._items)))
+            self._items = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +234,9 @@ class ThreadStore(ABC):
     off the event loop. ``roder_api.testing`` holds the conformance suite.
     """
 
+    snapshot_chunk: ClassVar[int] = 8192
+    """How many events the default :meth:`read_snapshot` reads from the journal at a time."""
+
     @abstractmethod
     async def create_thread(self, metadata: ThreadMetadata) -> ThreadMetadata:
         """Create a thread with ``metadata`` (title, times, extra); return what is stored.
@@ -271,6 +316,24 @@ class ThreadStore(ABC):
         """Return the events from the last compaction boundary on (all when there is none)."""
         entries = await self.read_events(thread_id)
         return entries[replay_start(entries) :]
+
+    async def read_snapshot(self, thread_id: str) -> ThreadSnapshot:
+        """Return the thread's metadata and its transcript items grouped by turn.
+
+        What ``Runtime.load_thread`` returns; raise ``ThreadNotFoundError`` when the thread
+        does not exist. The default reads the journal :attr:`snapshot_chunk` events at a
+        time (a long thread never holds its items twice) and folds them with
+        :class:`TurnFold`; a store may answer in one step, with the same result.
+        """
+        fold = TurnFold()
+        after = 0
+        while True:
+            events = await self.read_events(thread_id, after=after, limit=self.snapshot_chunk)
+            fold.add_events(events)
+            if len(events) < self.snapshot_chunk:
+                break
+            after = events[-1].sequence
+        return ThreadSnapshot(await self.get_thread(thread_id), fold.turns())
 
     @abstractmethod
     async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> ThreadPage:
@@ -352,6 +415,7 @@ for _public in (
 ):
     _public.__module__ = "roder_api.threads"
 replay_start.__module__ = "roder_api.storekit._fold"
+TurnFold.__module__ = "roder_api.storekit"
 del _public
 
 __all__ = [
@@ -365,6 +429,7 @@ __all__ = [
     "ThreadStore",
     "ThreadStoreFactory",
     "Turn",
+    "TurnFold",
     "UNSET",
     "replay_start",
     "validate_thread_id",

@@ -11,7 +11,6 @@ from typing import Any
 
 import anyio
 
-from roder_api.codec import gc_paused
 from roder_api.errors import (
     RoderError,
     StoppedError,
@@ -37,8 +36,6 @@ from roder_api.threads import (
     ThreadSnapshot,
     ThreadStore,
     ThreadStoreFactory,
-    Turn,
-    turns_from_events,
     validate_thread_id,
 )
 from roder_api.tools import Tool
@@ -59,10 +56,6 @@ __all__ = ["DEFAULT_ENGINE", "Emit", "Runtime", "load_registry"]
 
 Emit = Callable[[Sequence[Event]], Awaitable[None]]
 """Receive (deliver) a batch of events, in order, after they were persisted."""
-
-
-LOAD_CHUNK = 8192
-"""How many journal events :meth:`Runtime.load_thread` reads from the store per call."""
 
 
 def load_registry(config: RuntimeConfig) -> ExtensionRegistry:
@@ -260,30 +253,15 @@ class Runtime:
         return entry
 
     async def load_thread(self, thread_id: str) -> ThreadSnapshot | None:
-        """Return a thread's metadata and whole history by turn, or None when absent."""
-        store = await self.store()
-        turns: list[Turn] = []
-        after = 0
-        # Decoding many events: the cyclic collector would only slow it down.
-        with gc_paused():
-            try:
-                while True:
-                    # A chunk at a time: its journal events are dropped once folded, so a
-                    # long thread never holds its items twice (as events and as turns).
-                    events = await store.read_events(thread_id, after=after, limit=LOAD_CHUNK)
-                    chunk = turns_from_events(events)
-                    if chunk and turns and turns[-1].turn_id == chunk[0].turn_id:
-                        # A turn that spans two chunks is one turn.
-                        turns[-1] = Turn(chunk[0].turn_id, turns[-1].items + chunk[0].items)
-                        chunk = chunk[1:]
-                    turns.extend(chunk)
-                    if len(events) < LOAD_CHUNK:
-                        break
-                    after = events[-1].sequence
-                metadata = await store.get_thread(thread_id)
-            except ThreadNotFoundError:
-                return None
-            return ThreadSnapshot(metadata, tuple(turns))
+        """Return a thread's metadata and whole history by turn, or None when absent.
+
+        One store call (``ThreadStore.read_snapshot``), bounded like every journal call.
+        """
+        journal = await self.journal(thread_id)
+        try:
+            return await journal.bounded("load", lambda: journal.store.read_snapshot(thread_id))
+        except ThreadNotFoundError:
+            return None
 
     async def list_threads(self, cursor: str | None = None, limit: int = 50) -> ThreadPage:
         """Return a page of threads, newest update first."""

@@ -236,6 +236,8 @@ async def test_a_newer_format_version_is_refused(jsonl_factory: JsonlThreadStore
     store = await jsonl_factory.open()
     with pytest.raises(StoreError, match="newer Roder"):
         await store.read_events("v")
+    with pytest.raises(StoreError, match="newer Roder"):
+        await store.read_snapshot("v")
 
 
 async def test_closed_store_refuses_work(jsonl_store: JsonlThreadStore) -> None:

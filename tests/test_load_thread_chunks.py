@@ -1,4 +1,7 @@
-"""``Runtime.load_thread`` reads long threads a chunk at a time and folds them the same way."""
+"""``Runtime.load_thread`` is one ``ThreadStore.read_snapshot`` call, and every way a store
+answers it folds the journal the same way: the contract's default (chunked reads, the memory
+store), the store kit's one-worker-call default (SQLite) and the JSONL store's own pass
+that decodes items straight from its lines."""
 
 from __future__ import annotations
 
@@ -6,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-import roder_runtime._runtime as runtime_module
 from roder_api.errors import StoreCorruptedError
 from roder_api.events import Event, ItemCompleted, UsageUpdated
 from roder_api.extension import ExtensionRegistryBuilder
 from roder_api.inference import TokenUsage
 from roder_api.testing import MemoryThreadStoreFactory, ScriptedEngine
-from roder_api.threads import ThreadStoreFactory, turns_from_events
+from roder_api.threads import ThreadStore, ThreadStoreFactory, turns_from_events
 from roder_api.transcript import UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig
+from roder_sqlite_thread_store import SqliteThreadStoreFactory
 
 pytestmark = pytest.mark.anyio
 
@@ -41,17 +44,19 @@ def _events() -> list[list[Event]]:
     return batches
 
 
-@pytest.mark.parametrize("store", ["jsonl", "memory"])
+@pytest.mark.parametrize("store", ["jsonl", "memory", "sqlite"])
 @pytest.mark.parametrize("chunk", [1, 2, 3, 7, 1000])
 async def test_load_thread_in_chunks_folds_like_one_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: str, chunk: int
 ) -> None:
-    factory: ThreadStoreFactory = (
-        JsonlThreadStoreFactory(tmp_path / "store")
-        if store == "jsonl"
-        else MemoryThreadStoreFactory()
-    )
-    monkeypatch.setattr(runtime_module, "LOAD_CHUNK", chunk)
+    factory: ThreadStoreFactory
+    if store == "jsonl":
+        factory = JsonlThreadStoreFactory(tmp_path / "store")
+    elif store == "sqlite":
+        factory = SqliteThreadStoreFactory(tmp_path / "threads.sqlite3")
+    else:
+        factory = MemoryThreadStoreFactory()
+    monkeypatch.setattr(ThreadStore, "snapshot_chunk", chunk)
     async with _runtime(factory) as runtime:
         tid = (await runtime.create_thread()).thread_id
         for batch in _events():
@@ -76,7 +81,7 @@ async def test_a_flipped_bit_fails_a_chunked_load_and_nothing_is_written(
 ) -> None:
     """Every line's checksum is checked on a chunked load, also when the store knows the
     journal already (its index vouches for the size, so only the read loop can notice)."""
-    monkeypatch.setattr(runtime_module, "LOAD_CHUNK", 50)  # 4 chunks, binary searches
+    monkeypatch.setattr(ThreadStore, "snapshot_chunk", 50)
     factory = JsonlThreadStoreFactory(tmp_path / "store")
     async with _runtime(factory) as runtime:
         tid = (await runtime.create_thread()).thread_id

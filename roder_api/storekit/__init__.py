@@ -11,7 +11,8 @@ them again:
 - :class:`GroupCommit`: concurrent commits share one blocking write-and-sync;
 - :class:`FileLeases`: thread leases as OS file locks (released when the holder dies);
 - :class:`RepairableThreadStore`: what a store implements for ``roder fsck``;
-- the fold of a journal into metadata (:func:`fold_metadata`), the one rule for where
+- the fold of a journal into metadata (:func:`fold_metadata`) and into turns
+  (:class:`TurnFold`, :func:`turns_from_events`), the one rule for where
   replay starts (:func:`replay_start`, :func:`last_boundary_sequence`), listing cursors
   and pages, and the argument checks every store shares (:func:`check_expected` for the
   conditional append).
@@ -21,7 +22,7 @@ See ``docs/writing-a-thread-store.md``.
 
 from __future__ import annotations
 
-from roder_api._thread_contract import UNSET
+from roder_api._thread_contract import UNSET, TurnFold
 from roder_api.storekit._blocking import BlockingThreadStore
 from roder_api.storekit._checks import (
     check_consecutive,
@@ -61,6 +62,7 @@ __all__ = [
     "RepairableThreadStore",
     "SqlConnection",
     "ThreadRow",
+    "TurnFold",
     "UNSET",
     "WriteBatch",
     "check_consecutive",

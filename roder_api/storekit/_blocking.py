@@ -22,10 +22,12 @@ from roder_api._thread_contract import (
     EventPage,
     ThreadMetadata,
     ThreadPage,
+    ThreadSnapshot,
     ThreadStore,
+    TurnFold,
     validate_thread_id,
 )
-from roder_api.codec import check_value, dumps_each
+from roder_api.codec import check_value, dumps_each, gc_paused
 from roder_api.errors import StoppedError
 from roder_api.events import Event, JournalEvent
 from roder_api.storekit._checks import (
@@ -185,6 +187,23 @@ class BlockingThreadStore(ThreadStore):
         self.get_sync(thread_id)
         return None
 
+    def snapshot_sync(self, thread_id: str) -> ThreadSnapshot:
+        """Return the :meth:`ThreadStore.read_snapshot` answer, in one worker-thread call.
+
+        The default reads :attr:`snapshot_chunk` events at a time with :meth:`read_sync`,
+        folds them (``TurnFold``) and then reads the metadata with :meth:`get_sync`; a store
+        that can decode transcript items straight from its rows or lines overrides it.
+        """
+        fold = TurnFold()
+        after = 0
+        while True:
+            events = self.read_sync(thread_id, after, self.snapshot_chunk, False)
+            fold.add_events(events)
+            if len(events) < self.snapshot_chunk:
+                break
+            after = events[-1].sequence
+        return ThreadSnapshot(self.get_sync(thread_id), fold.turns())
+
     # --- the ThreadStore methods ----------------------------------------------------------
 
     async def create_thread(self, metadata: ThreadMetadata) -> ThreadMetadata:
@@ -262,6 +281,13 @@ class BlockingThreadStore(ThreadStore):
         """Return the events from the last compaction boundary on."""
         validate_thread_id(thread_id)
         return await self.run_sync(self.read_sync, thread_id, 0, None, True)
+
+    async def read_snapshot(self, thread_id: str) -> ThreadSnapshot:
+        """Return the thread's metadata and items by turn (:meth:`snapshot_sync`, one call)."""
+        validate_thread_id(thread_id)
+        # Decoding many records: the cyclic collector would only slow it down.
+        with gc_paused():
+            return await self.run_sync(self.snapshot_sync, thread_id)
 
     async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> ThreadPage:
         """Return a page of threads, newest update first."""

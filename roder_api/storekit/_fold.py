@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from roder_api._thread_contract import ThreadMetadata, Turn, replay_start
+from roder_api._thread_contract import ThreadMetadata, Turn, TurnFold, replay_start
 from roder_api.events import ItemCompleted, JournalEvent, UsageUpdated, is_boundary_event
-from roder_api.transcript import TranscriptItem
 
 
 def fold_metadata(metadata: ThreadMetadata, entries: Iterable[JournalEvent]) -> ThreadMetadata:
@@ -46,21 +45,9 @@ def fold_metadata(metadata: ThreadMetadata, entries: Iterable[JournalEvent]) -> 
 
 def turns_from_events(entries: Iterable[JournalEvent]) -> tuple[Turn, ...]:
     """Return the transcript items of ``entries`` grouped into turns, in journal order."""
-    turns: list[Turn] = []
-    current_id: str | None = None
-    current: list[TranscriptItem] = []
-    for entry in entries:
-        event = entry.event
-        if not isinstance(event, ItemCompleted):
-            continue
-        if event.turn_id != current_id:
-            if current_id is not None:
-                turns.append(Turn(current_id, tuple(current)))
-            current_id, current = event.turn_id, []
-        current.append(event.item)
-    if current_id is not None:
-        turns.append(Turn(current_id, tuple(current)))
-    return tuple(turns)
+    fold = TurnFold()
+    fold.add_events(entries)
+    return fold.turns()
 
 
 def last_boundary_sequence(entries: Sequence[JournalEvent], previous: int) -> int:

@@ -118,6 +118,7 @@ def calls_with_id(
         lambda: store.read_events(thread_id),
         lambda: store.event_page(thread_id),
         lambda: store.replay_events(thread_id),
+        lambda: store.read_snapshot(thread_id),
         lambda: store.update_thread(thread_id, title="x"),
         lambda: store.delete_thread(thread_id),
     ]

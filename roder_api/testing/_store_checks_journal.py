@@ -32,7 +32,9 @@ from roder_api.testing._kit_support import (
 )
 from roder_api.testing._store_kit_base import StoreKitBase
 from roder_api.threads import (
+    ThreadSnapshot,
     ThreadStore,
+    turns_from_events,
 )
 from roder_api.transcript import (
     AssistantMessage,
@@ -186,6 +188,40 @@ class JournalChecks(StoreKitBase):
             tid, [ItemCompleted("turn-2", ProviderMetadata({"output": [{"type": "message"}]}))]
         )
         assert [e.sequence for e in await store.replay_events(tid)] == [6, 7, 8]
+
+    async def test_read_snapshot_folds_the_journal(self, thread_store: ThreadStore) -> None:
+        """``read_snapshot`` is the metadata plus the items of ``read_events`` by turn."""
+        store = thread_store
+        tid = (await store.create_thread(make_metadata(title="snap"))).thread_id
+        empty = await store.read_snapshot(tid)
+        assert empty == ThreadSnapshot(await store.get_thread(tid), ())
+        future = ItemCompleted("t2", UserMessage("f"), unknown_fields={"future": 1})
+        later = ItemCompleted("t2", UserMessage("u", unknown_fields={"later": [1]}))
+        batches: list[list[Event]] = [
+            [user_item("a", "t1"), user_item("b", "t1")],
+            [usage_event(3, 4, "t1"), user_item("c", "t1")],  # a turn across lines
+            [user_item("d", "t2"), future, ItemCompleted("t2", AssistantMessage("e"))],
+            [later],
+            [native_boundary("t3")],
+            [user_item("g", "t1")],  # a turn id that comes back is a new turn
+        ]
+        for batch in batches:
+            await store.append_events(tid, batch)
+        snapshot = await store.read_snapshot(tid)
+        events = await store.read_events(tid)
+        assert snapshot.metadata == await store.get_thread(tid)
+        assert snapshot.turns == turns_from_events(events)
+        assert [(t.turn_id, len(t.items)) for t in snapshot.turns] == [
+            ("t1", 3),
+            ("t2", 4),
+            ("t3", 1),
+            ("t1", 1),
+        ]
+        assert to_dict(snapshot.turns[1].items[1]) == to_dict(future.item)
+        assert to_dict(snapshot.turns[1].items[3]) == to_dict(later.item)
+        assert len(snapshot.items) == snapshot.metadata.item_count == 9
+        with pytest.raises(ThreadNotFoundError):
+            await store.read_snapshot(new_thread_id("missing"))
 
     # --- content --------------------------------------------------------------------------
 

@@ -17,44 +17,38 @@ instead and changes nothing on disk.
 from __future__ import annotations
 
 import os
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 import orjson
 
-from roder_api.codec import (
-    EXACT_MARK,
-    event_decoders,
-    from_dict,
-    journal_event_builder,
-    loads_json,
-)
-from roder_api.errors import StoreCorruptedError, StoreError, ThreadNotFoundError
+from roder_api.codec import from_dict, loads_json
+from roder_api.errors import StoreError, ThreadNotFoundError
 from roder_api.events import JournalEvent
-from roder_api.threads import EventPage, ThreadMetadata, ThreadPage, decode_cursor, encode_cursor
+from roder_api.threads import (
+    EventPage,
+    ThreadMetadata,
+    ThreadPage,
+    ThreadSnapshot,
+    decode_cursor,
+    encode_cursor,
+)
 from roder_jsonl_thread_store._core import StoreCore, damage_error, log, now_ms
 from roder_jsonl_thread_store._format import (
-    CRC_END,
-    CRC_START,
-    FORMAT_VERSION,
     LINE_END,
     RECORD_START,
     line_crc,
 )
 from roder_jsonl_thread_store._index import IndexUnavailable
 from roder_jsonl_thread_store._journal import Damage, JournalState, scan
+from roder_jsonl_thread_store._lines import read_events, read_turns
 from roder_jsonl_thread_store._locks import HAVE_FLOCK, ProcessLock, bury, dead_sessions
 
 _TAIL_LEN = len(LINE_END)
 
 SEEK_WINDOW = 16384
 """A binary search over a journal stops when the range is this many bytes; then it reads."""
-
-
-_EXACT = EXACT_MARK[0]
-"""The first byte of a record the codec wrote with the standard library (read with it)."""
 
 
 class JournalReader:
@@ -271,10 +265,8 @@ class JournalReader:
                 hi = mid
         return lo
 
-    def read(
-        self, thread_id: str, after: int, before: int | None, limit: int | None, mode: str
-    ) -> list[JournalEvent]:
-        """Return events with ``after < sequence < before`` (``mode``: replay or seek)."""
+    def _open_known(self, thread_id: str) -> tuple[BinaryIO, str, JournalState]:
+        """Open a thread's journal; return it (at its start), its path and its state."""
         core = self.core
         path = core.journal_file(thread_id)  # a plain string: pathlib costs more than a read
         try:
@@ -283,7 +275,7 @@ class JournalReader:
             with core.guard(thread_id):
                 core.states.pop(thread_id, None)
             raise ThreadNotFoundError(thread_id) from None
-        with file:
+        try:
             st = os.fstat(file.fileno())
             state = core.states.get(thread_id)
             if (
@@ -296,6 +288,17 @@ class JournalReader:
                 self.ensure_ready()
                 with core.guard(thread_id):
                     state = self._scan_file(thread_id, path, file)[0]
+        except BaseException:
+            file.close()
+            raise
+        return file, path, state
+
+    def read(
+        self, thread_id: str, after: int, before: int | None, limit: int | None, mode: str
+    ) -> list[JournalEvent]:
+        """Return events with ``after < sequence < before`` (``mode``: replay or seek)."""
+        file, path, state = self._open_known(thread_id)
+        with file:
             if after >= state.metadata.last_sequence:
                 return []
             offset = 0
@@ -304,108 +307,15 @@ class JournalReader:
                 after = max(after, state.boundary_sequence - 1)
             elif after > 0:
                 offset = self._seek_sequence(file, state, after + 1)
-            return self._read_from(file, path, thread_id, state, offset, after, before, limit)
+            window = (offset, after, before, limit)
+            return read_events(self.core, file, path, thread_id, state, window)
 
-    def _read_from(
-        self,
-        file: BinaryIO,
-        path: Path | str,
-        thread_id: str,
-        state: JournalState,
-        offset: int,
-        after: int,
-        before: int | None,
-        limit: int | None,
-    ) -> list[JournalEvent]:
-        out: list[JournalEvent] = []
-        append = out.append
-        # Bound once per read: this loop runs once per line of a thread.
-        parse, exact, crc32, decoders = orjson.loads, loads_json, zlib.crc32, event_decoders()
-        decode, make = from_dict, journal_event_builder()
-        end = state.size
-        stop = before if before is not None else state.metadata.last_sequence + 1
-        room = limit if limit is not None else state.metadata.last_sequence + 1
-        position = offset
-        number = 0
-        file.seek(offset)
-        for raw in file:
-            position += len(raw)
-            number += 1
-            if position > end:
-                break
-            try:
-                # Every line's checksum is checked. A line cut short or with a damaged
-                # checksum field fails the hex parse or the checksum; fsck also compares the
-                # frame byte for byte.
-                body = raw[RECORD_START:-_TAIL_LEN]
-                if crc32(body) != int(raw[CRC_START:CRC_END], 16) or raw[-_TAIL_LEN:] != LINE_END:
-                    raise ValueError("bad framing or checksum mismatch")
-                record = parse(body) if body[0] != _EXACT else exact(body)
-                if record["v"] > FORMAT_VERSION:
-                    raise StoreError(
-                        f"journal {path} holds format version {record['v']!r} from a newer "
-                        f"Roder (this one reads up to {FORMAT_VERSION}); upgrade roder"
-                    )
-                if record["k"] != "events":
-                    continue
-                seq = record["seq"]
-                events = record["events"]
-                count = len(events)
-                if count == 1 and after < seq < stop:
-                    # The common case: a line of one event, and it is wanted (room >= 1).
-                    event = events[0]
-                    try:
-                        decoded = decoders[event["type"]](event)
-                    except (KeyError, TypeError):
-                        decoded = decode(event)  # the codec's own error for a bad event
-                    append(make(seq, record["t"], decoded))
-                    room -= 1
-                    if room == 0:
-                        return out
-                    continue
-                if seq > after and seq + count <= stop and count <= room:
-                    # The whole line is wanted.
-                    t = record["t"]
-                    for index, event in enumerate(events):
-                        try:
-                            decoded = decoders[event["type"]](event)
-                        except (KeyError, TypeError):
-                            decoded = decode(event)  # the codec's own error for a bad event
-                        append(make(seq + index, t, decoded))
-                    room -= count
-                    if room == 0:
-                        return out
-                    continue
-                if seq + count <= after + 1:
-                    continue
-                if seq >= stop:
-                    break
-                t = record["t"]
-                for index, event in enumerate(events):
-                    sequence = seq + index
-                    if sequence <= after:
-                        continue
-                    if sequence >= stop:
-                        return out
-                    append(make(sequence, t, decode(event)))
-                    room -= 1
-                    if room == 0:
-                        return out
-            except (ValueError, KeyError, TypeError, IndexError) as exc:
-                where = f"line {number}" if offset == 0 else f"byte {position - len(raw)}"
-                error = StoreCorruptedError(
-                    f"journal {path} is damaged at {where} ({exc}); nothing was changed; run "
-                    "`roder fsck --repair` to move the damaged part to a quarantine file",
-                    thread_id=thread_id,
-                    path=str(path),
-                    line=number if offset == 0 else None,
-                )
-                core = self.core
-                with core.guard(thread_id):
-                    core.states.pop(thread_id, None)
-                    core.damaged[thread_id] = (state.inode, os.fstat(file.fileno()).st_size, error)
-                raise error from None
-        return out
+    def snapshot(self, thread_id: str) -> ThreadSnapshot:
+        """Return the thread's metadata and items by turn, from one state of its journal."""
+        file, path, state = self._open_known(thread_id)
+        with file:
+            turns = read_turns(self.core, file, path, thread_id, state)
+            return ThreadSnapshot(state.metadata, turns)
 
     def page(self, thread_id: str, before: int | None, limit: int) -> EventPage:
         """Return the :meth:`ThreadStore.event_page` answer."""

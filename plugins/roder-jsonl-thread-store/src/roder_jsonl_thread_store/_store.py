@@ -25,6 +25,7 @@ from roder_api.threads import (
     ThreadLease,
     ThreadMetadata,
     ThreadPage,
+    ThreadSnapshot,
     ThreadStoreFactory,
     validate_thread_id,
 )
@@ -187,6 +188,10 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
         if limit is not None and limit < 1:
             return []
         return self._reader.read(thread_id, after, None, limit, "replay" if replay else "seek")
+
+    def snapshot_sync(self, thread_id: str) -> ThreadSnapshot:
+        """Fold the journal straight into turns: one pass, no journal event per line."""
+        return self._reader.snapshot(thread_id)
 
     def page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
         """Return a page found by a binary search over the journal."""

@@ -1,0 +1,221 @@
+"""The read loops over a journal's lines: events, and transcript items folded into turns.
+
+Both loops check every line's frame and checksum (a line cut short or with a damaged
+checksum field fails the hex parse or the checksum; fsck also compares the frame byte for
+byte) and stop at the state's size (what is known to be complete). A line that fails is
+damage: :func:`damaged` remembers it for the store and returns the ``StoreCorruptedError``
+to raise. They run once per line of a thread, so what they call is bound to locals first.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+
+from roder_api.codec import EXACT_MARK, event_decoders, from_dict, journal_event_builder, loads_json
+from roder_api.errors import StoreCorruptedError, StoreError
+from roder_api.events import ItemCompleted, JournalEvent
+from roder_api.threads import Turn
+from roder_jsonl_thread_store._core import StoreCore
+from roder_jsonl_thread_store._format import (
+    CRC_END,
+    CRC_START,
+    FORMAT_VERSION,
+    LINE_END,
+    RECORD_START,
+)
+from roder_jsonl_thread_store._journal import JournalState
+
+_TAIL_LEN = len(LINE_END)
+_EXACT = EXACT_MARK[0]
+"""The first byte of a record the codec wrote with the standard library (read with it)."""
+
+
+def newer_format(path: Path | str, version: object) -> StoreError:
+    """Return the error for a record of a format newer than this code reads."""
+    return StoreError(
+        f"journal {path} holds format version {version!r} from a newer Roder (this one "
+        f"reads up to {FORMAT_VERSION}); upgrade roder"
+    )
+
+
+def damaged(
+    core: StoreCore,
+    thread_id: str,
+    path: Path | str,
+    state: JournalState,
+    file: BinaryIO,
+    where: tuple[int, int | None],
+    exc: Exception,
+) -> StoreCorruptedError:
+    """Remember a damaged journal (until it changes) and return the error to raise.
+
+    ``where`` is the line number (None when the read began mid-file) and the byte offset.
+    """
+    number, offset = where[1], where[0]
+    place = f"line {number}" if number is not None else f"byte {offset}"
+    error = StoreCorruptedError(
+        f"journal {path} is damaged at {place} ({exc}); nothing was changed; run "
+        "`roder fsck --repair` to move the damaged part to a quarantine file",
+        thread_id=thread_id,
+        path=str(path),
+        line=number,
+    )
+    with core.guard(thread_id):
+        core.states.pop(thread_id, None)
+        core.damaged[thread_id] = (state.inode, os.fstat(file.fileno()).st_size, error)
+    return error
+
+
+def read_events(
+    core: StoreCore,
+    file: BinaryIO,
+    path: Path | str,
+    thread_id: str,
+    state: JournalState,
+    window: tuple[int, int, int | None, int | None],
+) -> list[JournalEvent]:
+    """Return the events with ``after < sequence < before``, at most ``limit``.
+
+    ``window`` is ``(offset, after, before, limit)``: the line offset to start reading at
+    (at or before the first wanted event) and the bounds (None: none).
+    """
+    offset, after, before, limit = window
+    out: list[JournalEvent] = []
+    append = out.append
+    parse, exact, crc32, decoders = orjson.loads, loads_json, zlib.crc32, event_decoders()
+    decode, make = from_dict, journal_event_builder()
+    end = state.size
+    stop = before if before is not None else state.metadata.last_sequence + 1
+    room = limit if limit is not None else state.metadata.last_sequence + 1
+    position = offset
+    number = 0
+    file.seek(offset)
+    for raw in file:
+        position += len(raw)
+        number += 1
+        if position > end:
+            break
+        try:
+            body = raw[RECORD_START:-_TAIL_LEN]
+            if crc32(body) != int(raw[CRC_START:CRC_END], 16) or raw[-_TAIL_LEN:] != LINE_END:
+                raise ValueError("bad framing or checksum mismatch")
+            record = parse(body) if body[0] != _EXACT else exact(body)
+            if record["v"] > FORMAT_VERSION:
+                raise newer_format(path, record["v"])
+            if record["k"] != "events":
+                continue
+            seq = record["seq"]
+            events = record["events"]
+            count = len(events)
+            if count == 1 and after < seq < stop:
+                # The common case: a line of one event, and it is wanted (room >= 1).
+                event = events[0]
+                try:
+                    decoded = decoders[event["type"]](event)
+                except (KeyError, TypeError):
+                    decoded = decode(event)  # the codec's own error for a bad event
+                append(make(seq, record["t"], decoded))
+                room -= 1
+                if room == 0:
+                    return out
+                continue
+            if seq > after and seq + count <= stop and count <= room:
+                # The whole line is wanted.
+                t = record["t"]
+                for index, event in enumerate(events):
+                    try:
+                        decoded = decoders[event["type"]](event)
+                    except (KeyError, TypeError):
+                        decoded = decode(event)  # the codec's own error for a bad event
+                    append(make(seq + index, t, decoded))
+                room -= count
+                if room == 0:
+                    return out
+                continue
+            if seq + count <= after + 1:
+                continue
+            if seq >= stop:
+                break
+            t = record["t"]
+            for index, event in enumerate(events):
+                sequence = seq + index
+                if sequence <= after:
+                    continue
+                if sequence >= stop:
+                    return out
+                append(make(sequence, t, decode(event)))
+                room -= 1
+                if room == 0:
+                    return out
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            where = (position - len(raw), number if offset == 0 else None)
+            raise damaged(core, thread_id, path, state, file, where, exc) from None
+    return out
+
+
+def read_turns(
+    core: StoreCore, file: BinaryIO, path: Path | str, thread_id: str, state: JournalState
+) -> tuple[Turn, ...]:
+    """Return the transcript items of the whole journal (up to the state) grouped by turn.
+
+    What ``turns_from_events(read_events(...))`` returns, without building a journal
+    event per line: an item's event is decoded straight to its item. Every other event is
+    decoded too (a line that does not decode is damage here as in :func:`read_events`).
+    """
+    turns: list[Turn] = []
+    items: list[Any] = []
+    turn_id: Any = None
+    parse, exact, crc32, decoders = orjson.loads, loads_json, zlib.crc32, event_decoders()
+    decode = from_dict
+    end = state.size
+    position = 0
+    number = 0
+    file.seek(0)
+    for raw in file:
+        position += len(raw)
+        number += 1
+        if position > end:
+            break
+        try:
+            body = raw[RECORD_START:-_TAIL_LEN]
+            if crc32(body) != int(raw[CRC_START:CRC_END], 16) or raw[-_TAIL_LEN:] != LINE_END:
+                raise ValueError("bad framing or checksum mismatch")
+            record = parse(body) if body[0] != _EXACT else exact(body)
+            if record["v"] > FORMAT_VERSION:
+                raise newer_format(path, record["v"])
+            if record["k"] != "events":
+                continue
+            for event in record["events"]:
+                if event["type"] == "item_completed" and len(event) == 3:
+                    # ItemCompleted's own decoder, without building the event.
+                    item = event["item"]
+                    try:
+                        item = decoders[item["type"]](item)
+                    except (KeyError, TypeError):
+                        item = decode(event).item  # the codec's own error or its general path
+                    owner = event["turn_id"]
+                else:
+                    try:
+                        decoded = decoders[event["type"]](event)
+                    except (KeyError, TypeError):
+                        decoded = decode(event)  # the codec's own error for a bad event
+                    if not isinstance(decoded, ItemCompleted):
+                        continue
+                    item, owner = decoded.item, decoded.turn_id
+                if owner != turn_id:
+                    if items:
+                        turns.append(Turn(turn_id, tuple(items)))
+                        items = []
+                    turn_id = owner
+                items.append(item)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            where = (position - len(raw), number)
+            raise damaged(core, thread_id, path, state, file, where, exc) from None
+    if items:
+        turns.append(Turn(turn_id, tuple(items)))
+    return tuple(turns)
