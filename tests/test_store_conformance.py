@@ -20,6 +20,8 @@ from .postgres_support import require_postgres, temporary_schema
     params=[
         pytest.param("memory", marks=pytest.mark.core),
         pytest.param("jsonl", marks=pytest.mark.core),
+        "jsonl-none",
+        "jsonl-fsync",
         "sqlite",
         pytest.param("postgres", marks=pytest.mark.postgres),
     ],
@@ -27,11 +29,18 @@ from .postgres_support import require_postgres, temporary_schema
 def thread_store_factory(
     request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[ThreadStoreFactory]:
-    """Return an empty store of each backend: memory, JSONL, SQLite and PostgreSQL."""
+    """Return an empty store of each backend: memory, JSONL, SQLite and PostgreSQL.
+
+    JSONL also with its other durabilities: ``none`` commits through the group commit like
+    the default ``group``, ``fsync`` one commit at a time.
+    """
     if request.param == "memory":
         yield MemoryThreadStoreFactory()
     elif request.param == "jsonl":
         yield JsonlThreadStoreFactory(base_path=tmp_path / "threads")
+    elif request.param.startswith("jsonl-"):
+        durability = request.param.removeprefix("jsonl-")
+        yield JsonlThreadStoreFactory(base_path=tmp_path / "threads", durability=durability)
     elif request.param == "sqlite":
         yield SqliteThreadStoreFactory(tmp_path / "threads.sqlite3")
     else:

@@ -128,8 +128,13 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
         payloads: list[bytes],
         expected_last_sequence: int | None,
     ) -> list[JournalEvent]:
-        """Commit one batch: through the group commit when durability is ``group``."""
-        if self.durability != "group":
+        """Commit one batch: through the group commit unless durability is ``fsync``.
+
+        ``fsync`` syncs every commit on its own, as asked; ``group`` shares a sync among
+        the commits that arrive meanwhile, and ``none`` (no sync) shares the write and the
+        index update the same way — one thread hand-off per batch instead of per append.
+        """
+        if self.durability == "fsync":
             return await super().submit_append(thread_id, events, payloads, expected_last_sequence)
         if self._group is None:
             self._group = GroupCommit(self._writer.commit)
