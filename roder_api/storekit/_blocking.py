@@ -3,9 +3,11 @@
 A subclass writes the blocking methods (``create_sync``, ``append_sync``, ...): plain
 functions that talk to a database driver or to files. The facade validates ids and
 arguments on the event loop, serialises events before any blocking work starts, and runs
-the blocking methods in worker threads drawn from the store's own
-:class:`anyio.CapacityLimiter` (:attr:`BlockingThreadStore.limiter`), so a busy store never
-takes every thread of anyio's default pool from the rest of the program.
+the blocking methods on the store kit's process-wide worker threads
+(:func:`~roder_api.storekit.run_in_worker`, cheaper per call than ``anyio.to_thread``), at
+most as many at once as the store's own :class:`anyio.CapacityLimiter` allows
+(:attr:`BlockingThreadStore.limiter`), so a busy store never takes every thread from the
+rest of the program.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from roder_api.storekit._checks import (
     metadata_changes,
     validate_expected,
 )
+from roder_api.storekit._workers import run_in_worker
 
 T = TypeVar("T")
 
@@ -91,18 +94,28 @@ class BlockingThreadStore(ThreadStore):
             raise StoppedError(f"the {self.store_name} is closed; open a new one")
 
     async def run_sync(self, func: Callable[..., T], *args: Any) -> T:
-        """Return ``func(*args)`` run in a worker thread on :attr:`limiter`.
+        """Return ``func(*args)`` run in a worker thread, holding a token of :attr:`limiter`.
 
-        Raise ``StoppedError`` once closed; driver errors go through :meth:`translate_error`.
+        The thread is one of the store kit's shared pool (:func:`run_in_worker`, the
+        semantics of ``anyio.to_thread.run_sync``: once handed over, the call finishes even
+        if the caller is cancelled). Raise ``StoppedError`` once closed; driver errors go
+        through :meth:`translate_error`.
         """
         self.check_open()
+        limiter = self.limiter
         try:
-            return await anyio.to_thread.run_sync(func, *args, limiter=self.limiter)
+            limiter.acquire_nowait()
+        except anyio.WouldBlock:
+            await limiter.acquire()
+        try:
+            return await run_in_worker(func, *args)
         except Exception as exc:
             translated = self.translate_error(exc)
             if translated is None:
                 raise
             raise translated from exc
+        finally:
+            limiter.release()
 
     async def submit_append(
         self,

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import queue
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
@@ -35,6 +34,7 @@ import anyio
 import anyio.lowlevel
 
 from roder_api.errors import StoppedError
+from roder_api.storekit._workers import thread_safe_caller
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
@@ -55,27 +55,6 @@ class _Batch(Generic[ItemT, ResultT]):
         self.items: list[ItemT] = []
         self.outcomes: Sequence[ResultT | BaseException] = ()
         self.done = anyio.Event()
-
-
-def _thread_safe_caller() -> Callable[[Callable[[], object]], object]:
-    """Return the running event loop's thread-safe "call soon".
-
-    Backend-neutral: asyncio's ``loop.call_soon_threadsafe`` or trio's
-    ``TrioToken.run_sync_soon``, whichever loop runs this thread (anyio runs on no other).
-    """
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is not None:
-        try:
-            return asyncio.get_running_loop().call_soon_threadsafe  # type: ignore[no-any-return]
-        except RuntimeError:
-            pass
-    trio = sys.modules.get("trio")
-    if trio is not None:
-        try:
-            return trio.lowlevel.current_trio_token().run_sync_soon  # type: ignore[no-any-return]
-        except RuntimeError:
-            pass
-    raise RuntimeError("GroupCommit.submit must be awaited in an asyncio or trio event loop")
 
 
 class GroupCommit(Generic[ItemT, ResultT]):
@@ -115,7 +94,7 @@ class GroupCommit(Generic[ItemT, ResultT]):
 
     async def submit(self, item: ItemT) -> ResultT:
         """Queue ``item`` for the next batch; return its outcome once the batch is written."""
-        call_soon = _thread_safe_caller()
+        call_soon = thread_safe_caller()
         if call_soon != self._call_soon:
             # Another event loop than the last one: what the last one left (a batch being
             # written whose wake-up it can no longer receive, one forming) is not ours.

@@ -1,0 +1,186 @@
+"""One process-wide pool of worker threads for the blocking calls of every store.
+
+``BlockingThreadStore.run_sync`` hands each blocking call to :func:`run_in_worker`: the
+event loop puts the call on a ``queue.SimpleQueue`` that the pool's threads take from, and
+the thread that ran it hands the outcome back with the event loop's own thread-safe "call
+soon" (:func:`thread_safe_caller`; the same hand-back as ``GroupCommit``'s). That is one
+thread wake-up each way per call, and none of ``anyio.to_thread``'s per-call bookkeeping.
+
+The pool is shared by every store and event loop of the process, so a store opened just
+before its first call finds threads already running. Threads start when work arrives and
+no thread is idle (at most :data:`MAX_WORKERS`), and end after :data:`IDLE_EXIT_S` seconds
+without work. After ``fork`` the child starts with an empty pool of its own (the parent's
+threads do not exist there).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import queue
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anyio
+import anyio.lowlevel
+
+T = TypeVar("T")
+
+MAX_WORKERS = 32
+"""How many worker threads the pool runs at most (calls beyond that wait their turn)."""
+
+IDLE_EXIT_S = 10.0
+"""How long a worker thread waits for a call before it ends (read when it starts waiting)."""
+
+
+def thread_safe_caller() -> Callable[[Callable[[], object]], object]:
+    """Return the running event loop's thread-safe "call soon".
+
+    Backend-neutral: asyncio's ``loop.call_soon_threadsafe`` or trio's
+    ``TrioToken.run_sync_soon``, whichever loop runs this thread (anyio runs on no other).
+    Raise ``RuntimeError`` outside of both.
+    """
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is not None:
+        try:
+            return asyncio.get_running_loop().call_soon_threadsafe  # type: ignore[no-any-return]
+        except RuntimeError:
+            pass
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            return trio.lowlevel.current_trio_token().run_sync_soon  # type: ignore[no-any-return]
+        except RuntimeError:
+            pass
+    raise RuntimeError("this must be awaited in an asyncio or trio event loop")
+
+
+class _Call:
+    """One blocking call: what to run, where to report, and (once run) its outcome."""
+
+    __slots__ = ("args", "call_soon", "context", "error", "func", "result", "wake")
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        args: tuple[Any, ...],
+        call_soon: Callable[[Callable[[], object]], object],
+        wake: Callable[[], object],
+    ) -> None:
+        self.func = func
+        self.args = args
+        self.context = contextvars.copy_context()  # like anyio.to_thread: the caller's
+        self.call_soon = call_soon
+        self.wake = wake
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        """Run the call, keeping its result or exception (on a worker thread)."""
+        try:
+            self.result = self.context.run(self.func, *self.args)
+        except BaseException as exc:  # the caller raises it, whatever it is
+            self.error = exc
+
+    def report(self) -> None:
+        """Wake the caller on its event loop (on a worker thread)."""
+        try:
+            self.call_soon(self.wake)
+        except RuntimeError:
+            pass  # that event loop is closed: nobody waits for this call any more
+
+
+class _Pool:
+    """The worker threads and their queue (one per process; a new one after fork)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.queue: queue.SimpleQueue[_Call] = queue.SimpleQueue()
+        self.workers = 0
+        # Workers waiting for a call minus the calls queued: below zero, calls wait for a
+        # busy worker (all MAX_WORKERS run). Changed under the lock only.
+        self.spare = 0
+
+    def submit(self, call: _Call) -> None:
+        """Queue ``call``; start a worker when no idle one is left to take it."""
+        with self.lock:
+            self.queue.put(call)
+            self.spare -= 1
+            if self.spare >= 0 or self.workers >= MAX_WORKERS:
+                return
+            self.workers += 1
+            self.spare += 1
+        try:
+            threading.Thread(target=self._work, name="roder-store-worker", daemon=True).start()
+        except BaseException:
+            with self.lock:
+                self.workers -= 1
+                self.spare -= 1
+            raise
+
+    def _work(self) -> None:
+        take = self.queue.get
+        while True:
+            try:
+                call = take(timeout=IDLE_EXIT_S)
+            except queue.Empty:
+                with self.lock:
+                    if self.queue.empty():  # no call was queued meanwhile: end
+                        self.spare -= 1
+                        self.workers -= 1
+                        return
+                continue
+            call.run()
+            # Idle before the caller wakes: its next call must find this thread, not start one.
+            with self.lock:
+                self.spare += 1
+            call.report()
+            del call  # do not keep its result alive while idle
+
+    def counts(self) -> tuple[int, int]:
+        """Return (worker threads running, of which idle)."""
+        with self.lock:
+            return self.workers, max(self.spare, 0)
+
+
+_pool = _Pool()
+
+
+def _new_pool_after_fork() -> None:
+    global _pool
+    _pool = _Pool()
+
+
+os.register_at_fork(after_in_child=_new_pool_after_fork)
+
+
+def worker_counts() -> tuple[int, int]:
+    """Return how many worker threads the pool runs and how many of them are idle."""
+    return _pool.counts()
+
+
+async def run_in_worker(func: Callable[..., T], *args: Any) -> T:
+    """Return ``func(*args)`` run on one of the pool's worker threads.
+
+    The semantics of ``anyio.to_thread.run_sync`` (with ``abandon_on_cancel=False``): a
+    caller cancelled before the call is handed over raises at once; once handed over, the
+    caller waits for the call to finish even when cancelled, then returns its result or
+    raises its exception, and the cancellation takes effect at the caller's next checkpoint.
+    Works under asyncio and trio.
+    """
+    await anyio.lowlevel.checkpoint_if_cancelled()
+    done = anyio.Event()
+    call = _Call(func, args, thread_safe_caller(), done.set)
+    _pool.submit(call)
+    with anyio.CancelScope(shield=True):
+        await done.wait()
+    if call.error is not None:
+        error, call.error = call.error, None  # no reference cycle through the traceback
+        raise error
+    result: T = call.result
+    return result
+
+
+__all__ = ["IDLE_EXIT_S", "MAX_WORKERS", "run_in_worker", "thread_safe_caller", "worker_counts"]
