@@ -16,6 +16,7 @@ threads do not exist there).
 from __future__ import annotations
 
 import contextvars
+import functools
 import os
 import queue
 import sys
@@ -161,6 +162,11 @@ def worker_counts() -> tuple[int, int]:
     return _pool.counts()
 
 
+def _refuse_abort(raise_cancel: object) -> Any:
+    """Keep a trio task waiting for its call when cancelled (``Abort.FAILED``)."""
+    return sys.modules["trio"].lowlevel.Abort.FAILED
+
+
 async def run_in_worker(func: Callable[..., T], *args: Any) -> T:
     """Return ``func(*args)`` run on one of the pool's worker threads.
 
@@ -171,11 +177,23 @@ async def run_in_worker(func: Callable[..., T], *args: Any) -> T:
     Works under asyncio and trio.
     """
     await anyio.lowlevel.checkpoint_if_cancelled()
-    done = anyio.Event()
-    call = _Call(func, args, thread_safe_caller(), done.set)
-    _pool.submit(call)
-    with anyio.CancelScope(shield=True):
-        await done.wait()
+    call_soon = thread_safe_caller()
+    trio = sys.modules.get("trio")
+    if trio is not None and isinstance(
+        getattr(call_soon, "__self__", None), trio.lowlevel.TrioToken
+    ):
+        # trio's own uncancellable wait, much cheaper than an Event in a shielded scope
+        # (the cancellation stays pending for the next checkpoint, as with the shield).
+        task = trio.lowlevel.current_task()
+        call = _Call(func, args, call_soon, functools.partial(trio.lowlevel.reschedule, task))
+        _pool.submit(call)
+        await trio.lowlevel.wait_task_rescheduled(_refuse_abort)
+    else:
+        done = anyio.Event()
+        call = _Call(func, args, call_soon, done.set)
+        _pool.submit(call)
+        with anyio.CancelScope(shield=True):
+            await done.wait()
     if call.error is not None:
         error, call.error = call.error, None  # no reference cycle through the traceback
         raise error
