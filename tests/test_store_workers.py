@@ -140,7 +140,7 @@ async def test_a_store_runs_at_most_max_threads_calls_at_once(
         with lock:
             running += 1
             most = max(most, running)
-        time.sleep(0.02)
+        time.sleep(0.05)
         with lock:
             running -= 1
 
