@@ -27,6 +27,7 @@ from roder_api._thread_contract import (
     ThreadStore,
     ThreadStoreFactory,
     Turn,
+    TurnFold,
     validate_thread_id,
 )
 from roder_api.events import JournalEvent as JournalEvent
@@ -59,6 +60,7 @@ __all__ = [
     "ThreadStore",
     "ThreadStoreFactory",
     "Turn",
+    "TurnFold",
     "UNSET",
     "check_consecutive",
     "check_expected",
