@@ -4,10 +4,12 @@ Layout under ``base_path``::
 
     threads/<thread id>.jsonl   the journals (the truth)
     index.sqlite3               the listing index (a cache of every journal's state)
-    locks/<thread id>.lock      one writer lock per thread (flock, across processes)
     leases/<thread id>.lease    one session lease per thread (flock, holder JSON inside)
     sessions/*.session          liveness markers of stores that write (see ``_reader``)
     tmp/                        new journals before they are linked into place
+
+The writer lock of a thread is a ``flock`` on its journal (see ``_locks``); older stores may
+have a ``locks/`` directory, which nothing uses now.
 
 Only writes create directories and files; a store that only reads changes nothing on disk.
 """
@@ -135,13 +137,11 @@ class StoreCore:
         self.base_path = base_path
         self.durability = durability
         self.threads_dir = base_path / "threads"
-        self.locks_dir = base_path / "locks"
         self.tmp_dir = base_path / "tmp"
         self.sessions_dir = base_path / "sessions"
         self.leases_dir = base_path / "leases"
         self.index_path = base_path / "index.sqlite3"
         self._threads_prefix = str(self.threads_dir) + os.sep
-        self._locks_prefix = str(self.locks_dir) + os.sep
         self.index = ThreadIndex(self.index_path)
         self.session = WriterMarker(self.sessions_dir)
         self.states: dict[str, JournalState] = {}
@@ -168,8 +168,8 @@ class StoreCore:
         return f"{self._threads_prefix}{thread_id}{JOURNAL_SUFFIX}"
 
     def lock_path(self, thread_id: str) -> str:
-        """Return the writer lock file of a thread."""
-        return f"{self._locks_prefix}{thread_id}.lock"
+        """Return the file a thread's writers lock: its journal (see ``_locks``)."""
+        return self.journal_file(thread_id)
 
     def guard(self, thread_id: str) -> threading.Lock:
         """Return the in-process lock of a thread (taken before its writer lock)."""
@@ -262,7 +262,7 @@ class StoreCore:
             if self.session_started:
                 return
             try:
-                for sub in (self.threads_dir, self.locks_dir, self.tmp_dir, self.sessions_dir):
+                for sub in (self.threads_dir, self.tmp_dir, self.sessions_dir):
                     sub.mkdir(parents=True, exist_ok=True)
                 self.session.start(durable=self.durability != "none")
             except OSError as exc:

@@ -1,12 +1,21 @@
-"""Cross-process locks: one lock file per thread, and liveness markers of writer sessions.
+"""Cross-process locks: writers lock the journal itself; liveness markers of writer sessions.
 
-On POSIX the locks are ``flock(2)`` locks, taken on a freshly opened descriptor of the lock
-file and dropped by closing it. The kernel releases the lock of a process that dies, however
-it dies, so a lock left by a dead process never blocks anyone. ``filelock`` takes the very
-same kind of lock; we call ``flock`` directly on the append path because ``filelock`` 4 spends
-30-90 microseconds per acquire and release on fork and path checks (measured on ext4 here),
-which is a fifth to a half of an ``fdatasync``. Where ``fcntl`` does not exist (Windows),
-``filelock.FileLock`` does the job.
+On POSIX the locks are ``flock(2)`` locks, taken on a freshly opened descriptor and dropped by
+closing it. The kernel releases the lock of a process that dies, however it dies, so a lock
+left by a dead process never blocks anyone. ``filelock`` takes the very same kind of lock; we
+call ``flock`` directly because ``filelock`` 4 spends 30-90 microseconds per acquire and
+release on fork and path checks (measured on ext4 here). Where ``fcntl`` does not exist
+(Windows), ``filelock.FileLock`` does the job, on a ``<journal>.lock`` file next to the
+journal (never on the journal: a lock file is the lock library's to open as it likes).
+
+The writer lock of a thread is a lock on its journal file (no lock file of its own: creating
+a file costs more kernel time here than the rest of a create and first append together).
+Since a delete or a repair may remove or replace the journal while others wait for its lock,
+whoever gets the lock checks that the path still names the file it locked, and starts over
+when not. While there is no journal, :class:`ProcessLock` locks the journal's directory
+exclusively instead; a creator holds the directory shared (:func:`lock_directory_shared`)
+from before it looks for the journal until the new journal is durable, indexed and locked
+by the creator alone, so nobody excluding writers of a missing journal sees one appear.
 """
 
 from __future__ import annotations
@@ -25,11 +34,78 @@ from filelock import FileLock
 HAVE_FLOCK = fcntl is not None
 """True when sessions can be told alive or dead (POSIX ``flock``)."""
 
+_DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+
+APPEND = os.O_WRONLY | os.O_APPEND
+"""How a writer opens the journal it locks (the descriptor it then writes through)."""
+
+
+def fallback_lock(path: str | Path) -> FileLock:  # pragma: no cover - Windows
+    """Return the ``filelock`` lock standing in for ``flock`` on ``path`` (no ``fcntl``)."""
+    return FileLock(f"{path}.lock")
+
+
+def _same_file(path: str | Path, fd: int) -> bool:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return st.st_ino == own.st_ino and st.st_dev == own.st_dev
+
+
+def lock_existing(path: str | Path, flags: int = os.O_RDONLY) -> int | None:
+    """Lock the file at ``path`` exclusively; return its descriptor, or None when it is absent.
+
+    Opens ``path`` with ``flags`` (no ``O_CREAT``: this never makes a file), waits for the
+    ``flock``, then checks that ``path`` still names the file it locked (a delete or repair
+    may have removed or replaced it meanwhile) and starts over when not. Close the
+    descriptor to let the next writer in. POSIX only (``HAVE_FLOCK``).
+    """
+    assert fcntl is not None
+    while True:
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if _same_file(path, fd):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
+def lock_file(fd: int) -> None:
+    """Lock the open file ``fd`` exclusively (a new journal, before it is linked into place)."""
+    assert fcntl is not None
+    fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def lock_directory_shared(directory: str | Path) -> int | None:
+    """Lock ``directory`` shared (a creator's lock); return the descriptor (close to unlock).
+
+    Returns None without ``flock`` (Windows). The descriptor can sync the directory too.
+    """
+    if fcntl is None:  # pragma: no cover - Windows
+        return None
+    fd = os.open(directory, _DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
 
 class ProcessLock:
-    """An exclusive lock on ``path`` held by one thread of one process at a time.
+    """The writer lock of the journal at ``path``, held by one thread of one process at a time.
 
-    Use it as a context manager; it blocks until the lock is free. Re-entry is not supported.
+    Use it as a context manager; it blocks until the lock is free. When there is no journal
+    at ``path`` it holds the journal's directory exclusively instead (no journal can be
+    created while it is held). Creates nothing. Re-entry is not supported.
     """
 
     __slots__ = ("_fd", "_fallback", "path")
@@ -41,11 +117,11 @@ class ProcessLock:
 
     @staticmethod
     def wait_for_writer(path: str | Path) -> int | None:
-        """Wait until no writer holds the lock at ``path``; return a descriptor holding it shared.
+        """Wait until no writer holds the journal at ``path``; return a descriptor locking it.
 
-        For readers that must not see a write half done (fsck). Creates nothing and needs no
-        write access: when the lock file does not exist or cannot be opened, returns None
-        (no lock taken). Close the descriptor to let writers in again.
+        For readers that must not see a write half done (fsck); the lock is shared. Creates
+        nothing and needs no write access: when the journal does not exist or cannot be opened,
+        returns None (no lock taken). Close the descriptor to let writers in again.
         """
         if fcntl is None:  # pragma: no cover - Windows
             return None
@@ -62,17 +138,28 @@ class ProcessLock:
 
     def __enter__(self) -> ProcessLock:
         if fcntl is None:  # pragma: no cover - Windows
-            self._fallback = FileLock(self.path)
+            self._fallback = fallback_lock(self.path)
             self._fallback.acquire()
             return self
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd = fd
-        return self
+        directory = os.path.dirname(self.path) or "."
+        while True:
+            fd = lock_existing(self.path)
+            if fd is not None:
+                self._fd = fd
+                return self
+            try:
+                fd = os.open(directory, _DIRECTORY)
+            except FileNotFoundError:
+                return self  # no directory: no journal, and nobody creating one through it
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if not os.path.exists(self.path):
+                    self._fd = fd  # no creator holds the directory: none can link a journal
+                    return self
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # created meanwhile: lock the new journal
 
     def __exit__(
         self,

@@ -1,7 +1,8 @@
 """Writing a JSONL store: the commit pipeline (one line per batch, one write, one sync).
 
-A commit takes the thread's lock (in this process, then across processes), brings the known
-state up to the journal's end (moving a torn tail a dead writer left to a quarantine file),
+A commit takes the thread's lock (in this process, then across processes: a ``flock`` on the
+journal, through the descriptor it then appends with), brings the known state up to the
+journal's end (moving a torn tail a dead writer left to a quarantine file),
 appends its line(s) with one ``write``, syncs per the durability mode, updates the index
 row, and releases. :meth:`JournalWriter.commit` takes a batch of commits to one thread or
 many, so that ``group`` durability (``roder_api.storekit.GroupCommit``) writes and syncs
@@ -50,7 +51,15 @@ from roder_jsonl_thread_store._format import (
     parse_line,
 )
 from roder_jsonl_thread_store._journal import Damage, JournalState
-from roder_jsonl_thread_store._locks import ProcessLock
+from roder_jsonl_thread_store._locks import (
+    APPEND,
+    HAVE_FLOCK,
+    ProcessLock,
+    fallback_lock,
+    lock_directory_shared,
+    lock_existing,
+    lock_file,
+)
 from roder_jsonl_thread_store._reader import JournalReader
 
 SYNC_WORKERS = 8
@@ -75,13 +84,17 @@ class Commit:
 
 @dataclass(slots=True)
 class _Held:
-    """A thread locked for a batch, with what is being written to it."""
+    """A thread locked for a batch, with what is being written to it.
+
+    ``fd`` is the journal, open for appending and holding its writer lock (None when there
+    is no journal); ``fallback`` the lock where ``flock`` does not exist.
+    """
 
     thread_id: str
     guard: threading.Lock
-    lock: ProcessLock
     commits: list[Commit]
     fd: int | None = None
+    fallback: Any = None
     before: JournalState | None = None
     after: JournalState | None = None
     data: bytes = b""
@@ -241,13 +254,7 @@ class JournalWriter:
             for thread_id in sorted(by_thread):
                 guard = core.guard(thread_id)
                 guard.acquire()
-                lock = ProcessLock(core.lock_path(thread_id))
-                try:
-                    lock.__enter__()
-                except BaseException:
-                    guard.release()
-                    raise
-                entry = _Held(thread_id, guard, lock, by_thread[thread_id])
+                entry = _Held(thread_id, guard, by_thread[thread_id])
                 held.append(entry)
                 self._prepare(entry)
                 if many and entry.data and entry.error is None:
@@ -276,10 +283,13 @@ class JournalWriter:
             for entry in reversed(held):
                 try:
                     if entry.fd is not None:
-                        os.close(entry.fd)
+                        os.close(entry.fd)  # drops the journal's writer lock
                 finally:
-                    entry.lock.__exit__(None, None, None)
-                    entry.guard.release()
+                    try:
+                        if entry.fallback is not None:  # pragma: no cover - Windows
+                            entry.fallback.release()
+                    finally:
+                        entry.guard.release()
         for entry in held:
             for commit in entry.commits:
                 if entry.error is not None and commit.error is None:
@@ -291,11 +301,19 @@ class JournalWriter:
         core = self.core
         thread_id = entry.thread_id
         try:
-            try:
-                entry.fd = os.open(core.journal_file(thread_id), os.O_WRONLY | os.O_APPEND)
-            except FileNotFoundError:
+            path = core.journal_file(thread_id)
+            if HAVE_FLOCK:
+                # Locked in sorted order, holding nothing else that others wait for: no
+                # deadlock. A missing journal is not locked: the commit only fails.
+                entry.fd = lock_existing(path, APPEND)
+            else:  # pragma: no cover - Windows
+                entry.fallback = fallback_lock(path)
+                entry.fallback.acquire()
+                with contextlib.suppress(FileNotFoundError):
+                    entry.fd = os.open(path, APPEND)
+            if entry.fd is None:
                 core.states.pop(thread_id, None)
-                raise ThreadNotFoundError(thread_id) from None
+                raise ThreadNotFoundError(thread_id)
             st = os.fstat(entry.fd)
             cached = core.states.get(thread_id)
             if (
@@ -432,6 +450,11 @@ class JournalWriter:
         existing journal), then the directory is synced (the new name survives a power
         cut). The journal's state is built from the line just written (no rescan), so the
         first append finds it cached.
+
+        The new file is locked before it is linked, and this holds the threads directory
+        shared (see ``_locks``) until the journal is durable and indexed: a writer in
+        another process waits for that, and nobody excluding writers of a missing journal
+        sees one appear. No lock file is made: the only file created is the journal.
         """
         core = self.core
         self.reader.ensure_ready()
@@ -441,18 +464,23 @@ class JournalWriter:
         stored = replace(metadata, usage=TokenUsage(), item_count=0, last_sequence=0)
         check_value(stored, what="the thread's metadata")
         line = encode_record({"v": FORMAT_VERSION, "k": "create", "meta": to_dict(stored)})
-        with core.guard(thread_id), ProcessLock(core.lock_path(thread_id)):
+        with core.guard(thread_id), contextlib.ExitStack() as held:
+            if not HAVE_FLOCK:  # pragma: no cover - Windows
+                held.enter_context(fallback_lock(path))
+            directory = lock_directory_shared(core.threads_dir)
+            if directory is not None:
+                held.callback(os.close, directory)
             if os.path.exists(path):
                 raise ThreadExistsError(thread_id)
             tmp = f"{core.tmp_dir}{os.sep}{thread_id}.{os.getpid()}.{threading.get_ident()}.tmp"
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                try:
-                    write_all(fd, line)
-                    core.sync(fd)
-                    inode = os.fstat(fd).st_ino
-                finally:
-                    os.close(fd)
+                held.callback(os.close, fd)  # closing it drops the writer lock
+                if HAVE_FLOCK:
+                    lock_file(fd)  # nobody else knows the file yet: never waits
+                write_all(fd, line)
+                core.sync(fd)
+                inode = os.fstat(fd).st_ino
                 os.link(tmp, path)
             except FileExistsError:
                 raise ThreadExistsError(thread_id) from None
@@ -465,7 +493,11 @@ class JournalWriter:
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
-            core.sync_dir(core.threads_dir)
+            if core.durability != "none":
+                if directory is not None:
+                    os.fsync(directory)
+                else:  # pragma: no cover - Windows
+                    fsync_dir(core.threads_dir)
             core.damaged.pop(thread_id, None)
             state = JournalState(inode, len(line), 1, line_crc(line), header_metadata(line), 0, 0)
             core.states[thread_id] = state
