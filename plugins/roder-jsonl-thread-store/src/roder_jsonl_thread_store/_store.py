@@ -315,7 +315,7 @@ class JsonlThreadStoreFactory(ThreadStoreFactory):
         if not self.base_path.exists():
             # A new store: make its directories durable now. An existing one is left as it
             # is: its directories are made by the first write that needs them.
-            for sub in ("threads", "locks", "tmp", "sessions"):
+            for sub in ("threads", "tmp", "sessions"):
                 (self.base_path / sub).mkdir(parents=True, exist_ok=True)
             if self.durability != "none":
                 fsync_dir(self.base_path)
