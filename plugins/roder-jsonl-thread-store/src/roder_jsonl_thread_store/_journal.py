@@ -4,6 +4,8 @@ A scan reads a journal a line at a time from where the known state ends, checks 
 framing, checksum, format version and sequence numbers, folds the good ones into the
 metadata (usage, counts, title, times) and remembers where the last compaction boundary
 starts. It stops folding at the first problem and describes it as a :class:`Damage`.
+The writer folds what it appends into the same state with :func:`advance` (and a create's
+first line with :func:`header_metadata`), so a commit never rescans the journal.
 
 Only a torn tail is a crash mid-write: a last line without its newline (every commit is one
 ``write`` that ends with the newline, and is acknowledged only after it). Readers skip it;
@@ -15,11 +17,13 @@ format.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
 from roder_api.codec import from_dict
+from roder_api.errors import StoreError
+from roder_api.events import ItemCompleted, JournalEvent, UsageUpdated, is_boundary_event
 from roder_api.inference import TokenUsage
 from roder_api.threads import ThreadMetadata
 from roder_api.transcript import is_compaction_boundary
@@ -253,3 +257,60 @@ def scan(
             boundary_sequence=fold.boundary_sequence,
         )
     return ScanResult(state, damage, position)
+
+
+def advance(state: JournalState, line: bytes, entries: Sequence[JournalEvent]) -> None:
+    """Fold one appended events line into ``state`` (in place)."""
+    offset = state.size
+    meta = state.metadata
+    usage = meta.usage
+    items = meta.item_count
+    updated = meta.updated_at_ms
+    for entry in entries:
+        event = entry.event
+        if isinstance(event, UsageUpdated):
+            usage = usage + event.usage
+        elif isinstance(event, ItemCompleted):
+            items += 1
+            if is_boundary_event(event):
+                state.boundary_offset = offset
+                state.boundary_sequence = entry.sequence
+        if entry.recorded_at_ms > updated:
+            updated = entry.recorded_at_ms
+    if entries:
+        # What fold_metadata computes, built directly: dataclasses.replace costs more than
+        # the rest of a commit's bookkeeping.
+        state.metadata = ThreadMetadata(
+            thread_id=meta.thread_id,
+            created_at_ms=meta.created_at_ms,
+            updated_at_ms=updated,
+            title=meta.title,
+            usage=usage,
+            item_count=items,
+            last_sequence=entries[-1].sequence,
+            extra=meta.extra,
+            unknown_fields=meta.unknown_fields,
+        )
+    state.size += len(line)
+    state.lines += 1
+
+
+def copy_state(state: JournalState) -> JournalState:
+    """Return a copy of ``state`` (a commit works on a copy until its write lands)."""
+    return JournalState(
+        state.inode,
+        state.size,
+        state.lines,
+        state.head_crc,
+        state.metadata,
+        state.boundary_offset,
+        state.boundary_sequence,
+    )
+
+
+def header_metadata(line: bytes) -> ThreadMetadata:
+    """Return the metadata a scan folds from a journal's create line alone."""
+    base = from_dict(parse_line(line[:-1])["meta"])
+    if not isinstance(base, ThreadMetadata):  # pragma: no cover - we encoded it just now
+        raise StoreError("a create record that does not hold thread metadata")
+    return replace(base, usage=TokenUsage(), item_count=0, last_sequence=0)

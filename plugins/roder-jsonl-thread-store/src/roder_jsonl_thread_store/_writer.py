@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from roder_api.codec import check_value, from_dict, to_dict
+from roder_api.codec import check_value, to_dict
 from roder_api.errors import (
     SequenceConflictError,
     StoreError,
@@ -28,7 +28,7 @@ from roder_api.errors import (
     ThreadNotFoundError,
     UnserializableEventError,
 )
-from roder_api.events import Event, ItemCompleted, JournalEvent, UsageUpdated, is_boundary_event
+from roder_api.events import Event, JournalEvent
 from roder_api.inference import TokenUsage
 from roder_api.storekit import check_expected
 from roder_api.threads import ThreadMetadata, validate_thread_id
@@ -48,9 +48,14 @@ from roder_jsonl_thread_store._format import (
     events_list,
     events_record,
     line_crc,
-    parse_line,
 )
-from roder_jsonl_thread_store._journal import Damage, JournalState
+from roder_jsonl_thread_store._journal import (
+    Damage,
+    JournalState,
+    advance,
+    copy_state,
+    header_metadata,
+)
 from roder_jsonl_thread_store._locks import (
     APPEND,
     HAVE_FLOCK,
@@ -99,62 +104,6 @@ class _Held:
     after: JournalState | None = None
     data: bytes = b""
     error: BaseException | None = None
-
-
-def advance(state: JournalState, line: bytes, entries: Sequence[JournalEvent]) -> None:
-    """Fold one appended events line into ``state`` (in place)."""
-    offset = state.size
-    meta = state.metadata
-    usage = meta.usage
-    items = meta.item_count
-    updated = meta.updated_at_ms
-    for entry in entries:
-        event = entry.event
-        if isinstance(event, UsageUpdated):
-            usage = usage + event.usage
-        elif isinstance(event, ItemCompleted):
-            items += 1
-            if is_boundary_event(event):
-                state.boundary_offset = offset
-                state.boundary_sequence = entry.sequence
-        if entry.recorded_at_ms > updated:
-            updated = entry.recorded_at_ms
-    if entries:
-        # What fold_metadata computes, built directly: dataclasses.replace costs more than
-        # the rest of a commit's bookkeeping.
-        state.metadata = ThreadMetadata(
-            thread_id=meta.thread_id,
-            created_at_ms=meta.created_at_ms,
-            updated_at_ms=updated,
-            title=meta.title,
-            usage=usage,
-            item_count=items,
-            last_sequence=entries[-1].sequence,
-            extra=meta.extra,
-            unknown_fields=meta.unknown_fields,
-        )
-    state.size += len(line)
-    state.lines += 1
-
-
-def _copy(state: JournalState) -> JournalState:
-    return JournalState(
-        state.inode,
-        state.size,
-        state.lines,
-        state.head_crc,
-        state.metadata,
-        state.boundary_offset,
-        state.boundary_sequence,
-    )
-
-
-def header_metadata(line: bytes) -> ThreadMetadata:
-    """Return the metadata a scan folds from a journal's create line alone."""
-    base = from_dict(parse_line(line[:-1])["meta"])
-    if not isinstance(base, ThreadMetadata):  # pragma: no cover - we encoded it just now
-        raise StoreError("a create record that does not hold thread metadata")
-    return replace(base, usage=TokenUsage(), item_count=0, last_sequence=0)
 
 
 def quarantine_path(journal: Path) -> Path:
@@ -325,7 +274,7 @@ class JournalWriter:
                 state = cached
             else:
                 state = self.locked_state(thread_id)
-            work = _copy(state)
+            work = copy_state(state)
             chunks = []
             for commit in entry.commits:
                 try:
