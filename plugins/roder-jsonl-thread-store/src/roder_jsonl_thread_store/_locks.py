@@ -91,9 +91,14 @@ def lock_directory_shared(directory: str | Path) -> int | None:
     """
     if fcntl is None:  # pragma: no cover - Windows
         return None
-    fd = os.open(directory, _DIRECTORY)
+    return _locked(os.open(directory, _DIRECTORY), fcntl.LOCK_SH)
+
+
+def _locked(fd: int, operation: int) -> int:
+    """Return ``fd`` once ``flock(fd, operation)`` holds; close it when that fails."""
+    assert fcntl is not None
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        fcntl.flock(fd, operation)
     except BaseException:
         os.close(fd)
         raise
@@ -129,12 +134,7 @@ class ProcessLock:
             fd = os.open(path, os.O_RDONLY)
         except OSError:
             return None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        return _locked(fd, fcntl.LOCK_SH)
 
     def __enter__(self) -> ProcessLock:
         if fcntl is None:  # pragma: no cover - Windows
