@@ -314,6 +314,32 @@ def register_checker(mode: str, checker: Checker) -> None:
     CHECKERS.setdefault(mode, []).append(checker)
 
 
+SETTLE_S = 5.0
+"""How long :func:`settled_read` rereads a thread whose reads disagree."""
+
+
+async def settled_read(
+    store: ThreadStore, thread_id: str
+) -> tuple[ThreadMetadata, list[JournalEvent], list[JournalEvent]]:
+    """Read a thread's metadata, events and replay until the three agree on its last sequence.
+
+    A database server may finish a commit that its killed client had sent (and never saw
+    acknowledged) after the kill; reads taken while it lands disagree by that commit. A
+    store at rest agrees at once; one that still disagrees after :data:`SETTLE_S` is judged
+    as read the last time.
+    """
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        metadata = await store.get_thread(thread_id)
+        events = await store.read_events(thread_id)
+        replay = await store.replay_events(thread_id)
+        last = events[-1].sequence if events else 0
+        tails = {metadata.last_sequence, last, replay[-1].sequence if replay else last}
+        if len(tails) == 1 or time.monotonic() > deadline:
+            return metadata, events, replay
+        await anyio.sleep(0.1)
+
+
 async def verify(
     stats: KindStats, spec: StoreSpec, mode: str, states: dict[str, ThreadState]
 ) -> None:
@@ -330,10 +356,7 @@ async def verify(
     try:
         store = await spec.factory().open()
         for thread_id in states:
-            metadata = await store.get_thread(thread_id)
-            events = await store.read_events(thread_id)
-            replay = await store.replay_events(thread_id)
-            read[thread_id] = (metadata, events, replay)
+            read[thread_id] = await settled_read(store, thread_id)
     except RoderError as exc:
         stats.problem(f"{stats.kind}: reopening after a kill failed: {exc!r}", corrupt=1)
         return
