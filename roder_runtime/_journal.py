@@ -17,7 +17,7 @@ import anyio
 from roder_api.codec import gc_paused
 from roder_api.errors import StoreError
 from roder_api.events import Event, ItemCompleted, JournalEvent
-from roder_api.threads import EventPage, ThreadStore
+from roder_api.threads import EventPage, ThreadSnapshot, ThreadStore
 from roder_api.transcript import TranscriptItem, trim_to_last_compaction_boundary
 
 T = TypeVar("T")
@@ -114,6 +114,12 @@ class ThreadJournal:
             entries = await self.bounded("replay", lambda: self.store.replay_events(self.thread_id))
             items = [e.event.item for e in entries if isinstance(e.event, ItemCompleted)]
             return trim_to_last_compaction_boundary(items)
+
+    async def snapshot(self) -> ThreadSnapshot:
+        """Return the thread's metadata and whole history by turn (``read_snapshot``)."""
+        # Decoding many events: the cyclic collector would only slow it down.
+        with gc_paused():
+            return await self.bounded("load", lambda: self.store.read_snapshot(self.thread_id))
 
     async def last_sequence(self) -> int:
         """Return the sequence of the thread's last event (0 when it has none)."""

@@ -259,7 +259,7 @@ class Runtime:
         """
         journal = await self.journal(thread_id)
         try:
-            return await journal.bounded("load", lambda: journal.store.read_snapshot(thread_id))
+            return await journal.snapshot()
         except ThreadNotFoundError:
             return None
 

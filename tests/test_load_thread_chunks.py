@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
-from roder_api.errors import StoreCorruptedError
+from roder_api.errors import StoreCorruptedError, StoreError
 from roder_api.events import Event, ItemCompleted, UsageUpdated
 from roder_api.extension import ExtensionRegistryBuilder
 from roder_api.inference import TokenUsage
-from roder_api.testing import MemoryThreadStoreFactory, ScriptedEngine
+from roder_api.testing import MemoryThreadStore, MemoryThreadStoreFactory, ScriptedEngine
 from roder_api.threads import ThreadStore, ThreadStoreFactory, turns_from_events
 from roder_api.transcript import UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
@@ -103,3 +104,31 @@ async def test_a_flipped_bit_fails_a_chunked_load_and_nothing_is_written(
         with pytest.raises(StoreCorruptedError):
             await runtime.load_thread(tid)  # judged the same way again
         assert path.read_bytes() == damaged
+
+
+async def test_a_store_that_stops_answering_fails_load_thread_within_the_deadline() -> None:
+    """``load_thread`` is bounded like every journal call: a stalled store is a StoreError
+    naming the store and the call, within ``turn_timeout_s``, on every kind of store."""
+
+    class Stalling(MemoryThreadStore):
+        stall = False
+
+        async def fault_point(self, operation: str, thread_id: str | None) -> None:
+            if self.stall and operation == "read_events":
+                await anyio.sleep_forever()
+
+    builder = ExtensionRegistryBuilder()
+    builder.inference_engine(ScriptedEngine())
+    builder.thread_store_factory(MemoryThreadStoreFactory(store_class=Stalling))
+    async with Runtime(builder.build(), RuntimeConfig(turn_timeout_s=0.3)) as runtime:
+        tid = (await runtime.create_thread()).thread_id
+        await runtime.persist_turn_item(tid, "turn-1", UserMessage("kept"))
+        store = await runtime.store()
+        assert isinstance(store, Stalling)
+        store.stall = True
+        with anyio.fail_after(10):
+            with pytest.raises(StoreError, match=r"'memory' did not answer within 0\.3 s \(load"):
+                await runtime.load_thread(tid)
+        store.stall = False
+        snapshot = await runtime.load_thread(tid)
+        assert snapshot is not None and snapshot.items == [UserMessage("kept")]

@@ -29,7 +29,7 @@ from roder_api._thread_contract import (
     TurnFold,
     validate_thread_id,
 )
-from roder_api.codec import check_value, dumps_each, gc_paused
+from roder_api.codec import check_value, dumps_each
 from roder_api.errors import StoppedError
 from roder_api.events import Event, JournalEvent
 from roder_api.storekit._checks import (
@@ -298,9 +298,7 @@ class BlockingThreadStore(ThreadStore):
     async def read_snapshot(self, thread_id: str) -> ThreadSnapshot:
         """Return the thread's metadata and items by turn (:meth:`snapshot_sync`, one call)."""
         validate_thread_id(thread_id)
-        # Decoding many records: the cyclic collector would only slow it down.
-        with gc_paused():
-            return await self.run_sync(self.snapshot_sync, thread_id)
+        return await self.run_sync(self.snapshot_sync, thread_id)
 
     async def list_threads(self, *, cursor: str | None = None, limit: int = 50) -> ThreadPage:
         """Return a page of threads, newest update first."""
