@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import anyio
-import anyio.to_thread
 
 from roder_api._thread_contract import EventPage, ThreadMetadata, ThreadPage
 from roder_api.codec import journal_events, loads
@@ -182,7 +181,7 @@ class RelationalThreadStore(BlockingThreadStore):
         appends = self._appends
         if appends is not None and not self.closed:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(appends.close, limiter=self.limiter)
+                await self.run_sync(appends.close)
         await super().aclose()
 
     def append_sync(
