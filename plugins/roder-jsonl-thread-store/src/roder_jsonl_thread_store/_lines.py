@@ -166,7 +166,9 @@ def read_turns(
     """Return the transcript items of the whole journal (up to the state) grouped by turn.
 
     What ``turns_from_events(read_events(...))`` returns, without building a journal
-    event per line: an item's event is decoded straight to its item. Every other event is
+    event per line: an item's event is decoded straight to its item. The grouping is
+    ``TurnFold.add`` written inline: the method call per item measured ~7 % slower
+    (medians 178 -> 194 and 176 -> 189 ms of thread CPU per 50,000 lines). Every other event is
     decoded too (a line that does not decode is damage here as in :func:`read_events`).
     """
     turns: list[Turn] = []

@@ -370,7 +370,9 @@ class _Excluded:
             try:
                 lock.__enter__()
             except OSError:
-                return  # no lock directory yet: nobody has written through a lock
+                # The journal and its directory cannot be opened (another user's store, a
+                # directory not made yet): there is no writer this process could exclude.
+                return
             except BaseException:
                 guard.release()
                 raise
