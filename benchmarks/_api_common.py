@@ -14,7 +14,6 @@ from typing import Any
 
 import orjson
 
-from roder_api.events import ItemCompleted
 from roder_api.extension import ExtensionRegistryBuilder
 from roder_api.testing import ScriptedEngine
 from roder_api.transcript import UserMessage
@@ -116,12 +115,8 @@ async def runtime_at(base: Path) -> Any:
 
 
 async def persist_many(runtime: Runtime, thread_id: str, items: list[UserMessage]) -> None:
-    """Persist ``items`` as one batch: ``persist_turn_items`` where it exists."""
-    batch = getattr(runtime, "persist_turn_items", None)
-    if batch is not None:
-        await batch(thread_id, "turn-1", items)
-    else:
-        await runtime.append_events(thread_id, [ItemCompleted("turn-1", i) for i in items])
+    """Persist ``items`` as one batch of turn ``turn-1`` (``persist_turn_items``)."""
+    await runtime.persist_turn_items(thread_id, "turn-1", items)
 
 
 @contextmanager
