@@ -30,7 +30,7 @@ from roder_api.testing._kit_support import (
     user_item,
 )
 from roder_api.testing._store_kit_base import StoreKitBase
-from roder_api.threads import ThreadStore, ThreadStoreFactory
+from roder_api.threads import ThreadSnapshot, ThreadStore, ThreadStoreFactory, turns_from_events
 
 
 def _child(
@@ -220,6 +220,8 @@ class ProcessChecks(StoreKitBase):
             assert await reader.get_thread(tid) == meta
             assert event_bytes(await reader.read_events(tid)) == event_bytes(journal)
             assert [e.sequence for e in await reader.replay_events(tid)] == [3, 4]
+            snapshot = await reader.read_snapshot(tid)
+            assert snapshot == ThreadSnapshot(meta, turns_from_events(journal))
             page = await reader.event_page(tid, limit=2)
             assert [e.sequence for e in page.events] == [3, 4]
             assert await reader.list_threads() == listing
