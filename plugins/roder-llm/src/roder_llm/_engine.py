@@ -187,7 +187,7 @@ class LlmEngine(InferenceEngine):
 
         model_id = request.model or self.default_model
         model = await self._model(model_id, prefer_async=_on_asyncio())
-        history = llm_history(request.transcript)
+        history = llm_history(request.transcript, request.instructions)
         kwargs: dict[str, Any] = dict(self.settings.options)
         if request.tools:
             if not getattr(model, "supports_tools", False):

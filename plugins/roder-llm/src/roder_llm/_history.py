@@ -49,9 +49,13 @@ def _arguments(raw: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"_value": value}
 
 
-def llm_history(transcript: Sequence[TranscriptItem]) -> LlmHistory:
+def llm_history(
+    transcript: Sequence[TranscriptItem], instructions: str | None = None
+) -> LlmHistory:
     """Return the llm chain, prompt and tool results for one call on ``transcript``.
 
+    ``instructions`` open the chain as a system message (llm takes ``messages=`` as the
+    whole history, its ``system=`` argument aside).
     A local summary boundary (``ContextCompaction``) becomes a user message, as every
     engine replays it; a provider's native boundary cannot be replayed to another provider
     and is left out (with only the items after it). Tool calls without a result and results
@@ -63,6 +67,8 @@ def llm_history(transcript: Sequence[TranscriptItem]) -> LlmHistory:
     boundary, items = split_at_boundary(transcript)
     paired = paired_tool_ids(items)
     chain: list[Any] = []
+    if instructions:
+        chain.append(Message(role="system", parts=[TextPart(text=instructions)]))
     if isinstance(boundary, ContextCompaction):
         chain.append(Message(role="user", parts=[TextPart(text=SUMMARY_PREFIX + boundary.summary)]))
 
