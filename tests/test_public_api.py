@@ -32,6 +32,7 @@ MODULES = [
     "roder_openai",
     "roder_anthropic",
     "roder_mcp",
+    "roder_llm",
 ]
 
 
