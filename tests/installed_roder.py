@@ -85,8 +85,9 @@ def install(base: Path) -> Installed:
     clone = copy_clone(base / "clone")
     wheels = base / "wheels"
     dists = ["."] + sorted(
-        f"plugins/{p.name}"
-        for p in (clone / "plugins").iterdir()
+        f"{kind}/{p.name}"
+        for kind in ("packages", "plugins")
+        for p in (clone / kind).iterdir()
         if (p / "pyproject.toml").is_file()
     )
     built = subprocess.run(

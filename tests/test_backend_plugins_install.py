@@ -28,6 +28,7 @@ def test_store_plugins_install_into_a_fresh_environment(
             "install",
             "--quiet",
             "--disable-pip-version-check",
+            str(REPO / "packages" / "roder-api"),
             str(REPO),
             str(REPO / "plugins" / "roder-jsonl-thread-store"),
             str(REPO / "plugins" / "roder-sqlite-thread-store"),

@@ -31,6 +31,7 @@ def test_echo_plugin_installs_into_a_fresh_environment(
             "install",
             "--quiet",
             "--disable-pip-version-check",
+            str(REPO / "packages" / "roder-api"),
             str(REPO),
             str(REPO / "plugins" / "roder-jsonl-thread-store"),
             str(REPO / "examples" / "roder-echo-engine"),

@@ -13,15 +13,16 @@ from .conftest import REPO
 
 pytestmark = pytest.mark.core
 
-PACKAGES = ("roder_api", "roder_runtime")
+# Each package by the directory its distribution keeps it in (roder_api is roder-api's).
+PACKAGES = {"roder_api": REPO / "packages" / "roder-api" / "src", "roder_runtime": REPO}
 
 
 def modules() -> dict[str, Path]:
     """Return every module of our packages by dotted name."""
     found: dict[str, Path] = {}
-    for package in PACKAGES:
-        for path in sorted((REPO / package).rglob("*.py")):
-            parts = list(path.relative_to(REPO).with_suffix("").parts)
+    for package, root in PACKAGES.items():
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
             found[".".join(parts)] = path

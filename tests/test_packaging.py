@@ -23,7 +23,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def distributions() -> list[Path]:
-    return [REPO] + sorted(p.parent for p in REPO.glob("plugins/*/pyproject.toml"))
+    """Return the root (roder), then roder-api and the other packages, then the plugins."""
+    return [
+        REPO,
+        *sorted(p.parent for p in REPO.glob("packages/*/pyproject.toml")),
+        *sorted(p.parent for p in REPO.glob("plugins/*/pyproject.toml")),
+    ]
 
 
 def metadata(wheel: Path) -> email.message.Message:
@@ -83,6 +88,8 @@ def test_versions_are_written_once_per_distribution(installed_roder: Installed) 
     assert roder_runtime.__version__ == roder_api.__version__
     roder_wheel = next(installed_roder.wheels.glob("roder-*.whl"))
     assert metadata(roder_wheel)["Version"] == roder_api.__version__
+    api_wheel = next(installed_roder.wheels.glob("roder_api-*.whl"))
+    assert metadata(api_wheel)["Version"] == roder_api.__version__
 
 
 def test_the_readme_command_installs_roder_with_every_plugin_and_chats(
@@ -95,6 +102,8 @@ def test_the_readme_command_installs_roder_with_every_plugin_and_chats(
     assert listed.returncode == 0, listed.stderr
     plugins = {p["name"]: p for p in json.loads(listed.stdout)}
     for dist in distributions()[1:]:
+        if dist.parent.name != "plugins":
+            continue
         entry_points = tomllib.loads((dist / "pyproject.toml").read_text())["project"][
             "entry-points"
         ]["roder"]

@@ -35,7 +35,8 @@ def test_readme_has_exactly_two_setup_commands() -> None:
     assert block is not None
     commands = [line for line in block.group(1).splitlines() if line and not line.startswith("#")]
     assert commands == [
-        "python3 -m venv .venv && .venv/bin/pip install . ./plugins/*/ && .venv/bin/roder chat",
+        "python3 -m venv .venv && .venv/bin/pip install ./packages/*/ . ./plugins/*/"
+        " && .venv/bin/roder chat",
         "scripts/test",
     ]
     assert "scripts/test" in (REPO / ".ci" / "run").read_text()
@@ -47,6 +48,6 @@ def test_each_plugin_readme_gives_the_one_command_that_installs_it_next_to_roder
         plugin = project.parent
         extra = "" if plugin.name == "roder-jsonl-thread-store" else f" ./plugins/{plugin.name}"
         readme = (plugin / "README.md").read_text()
-        command = f"pip install . {jsonl}{extra}"
+        command = f"pip install ./packages/roder-api . {jsonl}{extra}"
         assert command + "\n" in readme, f"{plugin.name}/README.md must give `{command}`"
         assert f"pip install {plugin.name}" not in readme, "no package index has it"

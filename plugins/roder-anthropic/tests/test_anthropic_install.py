@@ -17,7 +17,11 @@ REPO = PLUGIN.parent.parent
 
 def test_the_plugin_installs_into_a_fresh_environment(tmp_path: Path) -> None:
     plugins = plugins_in_fresh_venv(
-        tmp_path, REPO, REPO / "plugins" / "roder-jsonl-thread-store", PLUGIN
+        tmp_path,
+        REPO / "packages" / "roder-api",
+        REPO,
+        REPO / "plugins" / "roder-jsonl-thread-store",
+        PLUGIN,
     )
     assert plugins["anthropic"]["engines"] == ["anthropic"]
     assert plugins["anthropic"]["version"] == "0.1.0" and plugins["anthropic"]["error"] is None

@@ -14,11 +14,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, get_args, get_type_hints
 
-import docstring_parser
-import jsonschema
 import orjson
-import pydantic
-import pydantic_core
+
+try:
+    import docstring_parser
+    import jsonschema
+    import pydantic
+    import pydantic_core
+except ModuleNotFoundError as missing:  # roder-api alone: the extra is not installed
+    raise ModuleNotFoundError(
+        f"making or checking a tool needs {missing.name}, which roder-api installs as an "
+        "extra: pip install 'roder-api[tools]'",
+        name=missing.name,
+    ) from missing
 
 
 @dataclass(frozen=True, slots=True)
