@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import orjson
 
+from roder_api.codec import find_unserializable
 from roder_api.events import (
     Event,
     ItemCompleted,
@@ -39,6 +40,12 @@ CRASHED_WHILE_RUNNING = (
     "(the tool is not idempotent, so it was not run again)"
 )
 """The result of a non-idempotent call that started before a crash and never finished."""
+
+ABANDONED_ON_INTERRUPT = (
+    "abandoned: the turn was interrupted while the tool ran in a worker thread, which "
+    "cannot be stopped; it may still be running and may still take effect"
+)
+"""The result of a blocking call an interrupt could not stop (never "cancelled")."""
 
 _REASON_LIMIT = 1000
 
@@ -141,6 +148,15 @@ def one_line(text: str) -> str:
     return flat if len(flat) <= _REASON_LIMIT else flat[: _REASON_LIMIT - 1] + "…"
 
 
+def _interrupted(ctx: ToolContext | None) -> str:
+    """Return the result of a call an interrupt stopped (``ctx``: it started, else None)."""
+    if ctx is None:
+        return "not run: the turn was interrupted"
+    if ctx.abandoned:
+        return ABANDONED_ON_INTERRUPT
+    return "cancelled: the turn was interrupted while the tool ran"
+
+
 def _seconds(value: float) -> str:
     return f"{value:g} s"
 
@@ -193,7 +209,7 @@ class ToolStep:
         self.steps_run += 1
         known = states or {}
         results: list[ToolResultRecord | None] = [None] * len(calls)
-        started: set[str] = set()
+        started: dict[str, ToolContext] = {}
         journaled = 0
         lock = anyio.Lock()
 
@@ -223,12 +239,7 @@ class ToolStep:
             with anyio.CancelScope(shield=True):
                 for index, call in enumerate(calls):
                     if results[index] is None:
-                        reason = (
-                            "cancelled: the turn was interrupted while the tool ran"
-                            if call.id in started
-                            else "not run: the turn was interrupted"
-                        )
-                        results[index] = self._error(call, reason)
+                        results[index] = self._error(call, _interrupted(started.get(call.id)))
                 await publish()
             raise
         return [r for r in results if r is not None]
@@ -238,7 +249,7 @@ class ToolStep:
         return ToolResultRecord(call.id, call.name, text, is_error=True)
 
     async def _run_call(
-        self, call: ToolCallRecord, state: CallState | None, started: set[str]
+        self, call: ToolCallRecord, state: CallState | None, started: dict[str, ToolContext]
     ) -> ToolResultRecord:
         tool = self.tools.get(call.name)
         if tool is None:
@@ -259,7 +270,7 @@ class ToolStep:
         if denial is not None:
             return self._error(call, denial)
         ctx = ToolContext(self.thread_id, self.turn_id, call.id, self._settings)
-        started.add(call.id)
+        started[call.id] = ctx
         with anyio.CancelScope(shield=True):
             await self._append([ToolCallStarted(self.turn_id, call.id)])
         timeout = tool.timeout_s
@@ -286,6 +297,20 @@ class ToolStep:
         if isinstance(output, str):
             return ToolResultRecord(call.id, call.name, cut_output(output, limit))
         if isinstance(output, ToolOutput) and isinstance(output.text, str):
+            payload = output.display_payload
+            # Checked here, at the edge: a payload the journal refuses would end the turn
+            # with this call unanswered.
+            problem = (
+                None
+                if payload is None
+                else find_unserializable({"display_payload": payload}, depth=2)
+            )
+            if problem is not None:
+                path, reason = problem
+                return self._error(
+                    call,
+                    f"the tool's result is not JSON data, so it cannot be kept: {path}: {reason}",
+                )
             return ToolResultRecord(
                 call.id,
                 call.name,
@@ -322,6 +347,7 @@ class ToolStep:
 
 
 __all__ = [
+    "ABANDONED_ON_INTERRUPT",
     "Append",
     "ApproveToolCall",
     "CRASHED_WHILE_RUNNING",

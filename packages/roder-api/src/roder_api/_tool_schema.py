@@ -10,23 +10,26 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, get_args, get_type_hints
 
 import orjson
-
 try:
     import docstring_parser
     import jsonschema
     import pydantic
     import pydantic_core
+    import referencing.exceptions  # jsonschema's own dependency: its $ref resolution
 except ModuleNotFoundError as missing:  # roder-api alone: the extra is not installed
     raise ModuleNotFoundError(
         f"making or checking a tool needs {missing.name}, which roder-api installs as an "
         "extra: pip install 'roder-api[tools]'",
         name=missing.name,
     ) from missing
+
+from roder_api.codec import find_unserializable
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,13 +115,43 @@ def schema_error(schema: Mapping[str, Any], arguments: Any) -> str | None:
         validator = _validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
     except jsonschema.SchemaError as exc:
         return f"the tool's own schema is invalid: {exc.message}"
-    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    except referencing.exceptions.Unresolvable as exc:
+        return f"the tool's own schema is invalid: its $ref {exc.ref!r} cannot be resolved"
+    except RecursionError:
+        return (
+            "the arguments could not be checked against the tool's schema: they nest too "
+            "deep for the validator"
+        )
+    except Exception as exc:  # noqa: BLE001 - a schema may break the validator in any way
+        return (
+            "the arguments could not be checked against the tool's schema: "
+            f"{type(exc).__name__}: {exc}"
+        )
     if error is None:
         return None
     where = error.json_path if error.path else ""
     return f"{error.message} (at {where})" if where else error.message
 
 
+class NotJsonDataError(ValueError):
+    """Raised by :func:`to_json_text` for a value JSON cannot hold (NaN, a bytes key, ...)."""
+
+
 def to_json_text(value: Any) -> str:
-    """Return a tool's non-text return value as JSON text."""
-    return orjson.dumps(pydantic_core.to_jsonable_python(value)).decode()
+    """Return a tool's non-text return value as JSON text.
+
+    Integers of any size are written exactly (orjson stops at 64 bits); a value JSON cannot
+    hold raises :class:`NotJsonDataError` naming where it is (orjson would write NaN as
+    null without a word).
+    """
+    data = pydantic_core.to_jsonable_python(value)
+    problem = find_unserializable(data)
+    if problem is not None:
+        path, reason = problem
+        raise NotJsonDataError(f"the tool returned a value that is not JSON data: {path}: {reason}")
+    try:
+        return orjson.dumps(data).decode()
+    except TypeError:  # beyond orjson (an integer over 64 bits, a lone surrogate)
+        return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))

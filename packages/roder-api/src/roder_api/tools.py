@@ -188,9 +188,12 @@ async def _run_in_thread(ctx: ToolContext, func: Callable[..., Any], kwargs: dic
 def _as_output(value: Any) -> ToolOutput | str:
     if isinstance(value, (ToolOutput, str)):
         return value
-    from roder_api._tool_schema import to_json_text
+    from roder_api._tool_schema import NotJsonDataError, to_json_text
 
-    return to_json_text(value)
+    try:
+        return to_json_text(value)
+    except NotJsonDataError as exc:  # the function ran; what it returned cannot be sent
+        return ToolOutput(str(exc), is_error=True)
 
 
 @overload
