@@ -218,3 +218,67 @@ def test_a_bad_table_is_a_plugin_load_error() -> None:
     builder = ExtensionRegistryBuilder(settings={"mcp_servers": {"s": {"url": 3}}})
     info = builder.load_plugin("mcp", roder_mcp.plugin)
     assert info.error is not None and "[mcp_servers.s]" in info.error
+
+
+RAW = str(Path(__file__).with_name("mcp_raw_server.py"))
+
+
+def raw(*tools: str) -> dict[str, Any]:
+    """The table of a hand-written server (no SDK) offering ``tools``."""
+    return {"command": sys.executable, "args": [RAW, *tools], "timeout_s": 10}
+
+
+def test_servers_whose_tool_names_clash_are_reported_and_the_others_register(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # `a` + `x__pid` and `a__x` + `pid` are both `a__x__pid`.
+    tables = {"a": raw("x__pid", "own"), "a__x": raw("pid"), "good": STDIO}
+    builder = ExtensionRegistryBuilder(settings={"mcp_servers": tables})
+    with caplog.at_level(logging.WARNING, logger="roder_mcp"):
+        info = builder.load_plugin("mcp", roder_mcp.plugin)
+    registry = builder.build()
+    try:
+        assert info.error is None, info.error
+        assert "a__x__pid" not in registry.tools and "a__x__pid" not in info.tools
+        assert {"a__own", "good__add", "good__pid"} <= set(registry.tools)
+        messages = [r.getMessage() for r in caplog.records]
+        clash = [m for m in messages if "a__x__pid" in m]
+        assert clash and "'a'" in clash[0] and "'a__x'" in clash[0], messages
+        assert "x__pid" in clash[0] and "left out" in clash[0]
+        own = registry.tool("a__own")
+        (result,) = anyio.run(run_calls, {"a__own": own}, ToolCallRecord("1", "a__own", "{}"))
+        assert not result.is_error and result.result.isdigit()
+    finally:
+        anyio.run(registry.aclose)
+
+
+@pytest.mark.anyio
+async def test_structured_content_json_cannot_hold_is_an_error_result_the_model_sees(
+    tmp_path: Path,
+) -> None:
+    from roder_api.testing import ScriptedEngine
+    from roder_api.transcript import ToolResultRecord
+    from roder_jsonl_thread_store import JsonlThreadStoreFactory
+    from roder_runtime import Runtime, RuntimeConfig
+
+    builder = ExtensionRegistryBuilder(settings={"mcp_servers": {"raw": raw()}})
+    info = await anyio.to_thread.run_sync(builder.load_plugin, "mcp", roder_mcp.plugin)
+    assert info.error is None, info.error
+    builder.inference_engine(ScriptedEngine())
+    builder.thread_store_factory(JsonlThreadStoreFactory(base_path=tmp_path / "threads"))
+    async with Runtime(builder.build(), RuntimeConfig()) as runtime:
+        thread_id = (await runtime.create_thread()).thread_id
+        nan_reply = await runtime.run_turn(thread_id, "call raw__not_a_number")
+        huge_reply = await runtime.run_turn(thread_id, "call raw__huge")
+        page = await runtime.event_page(thread_id, limit=1000)
+    results = [
+        e.event.item
+        for e in page.events
+        if isinstance(getattr(e.event, "item", None), ToolResultRecord)
+    ]
+    nan, huge = results
+    assert nan.is_error and "not JSON data" in nan.result and "v" in nan.result
+    assert nan_reply is not None and "not JSON data" in nan_reply
+    assert not huge.is_error and huge.result == '{"v":1180591620717411303424}'
+    assert huge.display_payload == {"v": 2**70}
+    assert huge_reply == 'raw__huge said: {"v":1180591620717411303424}'

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import mcp.types
-import orjson
 
+from roder_api.codec import EXACT_MARK, dumps_json, find_unserializable
 from roder_api.tools import EMPTY_PARAMETERS, Tool, ToolContext, ToolOutput
 from roder_mcp._connection import ServerConnection
 from roder_mcp._settings import ServerSettings
@@ -75,10 +75,22 @@ def _block_text(block: Any) -> str:
 
 
 def to_output(result: mcp.types.CallToolResult) -> ToolOutput:
-    """Return what the model sees of an MCP tool result: its text, structured data as JSON."""
+    """Return what the model sees of an MCP tool result: its text, structured data as JSON.
+
+    ``structuredContent`` holding what JSON cannot (a server that writes NaN) is an error
+    result saying where; integers of any size are written exactly.
+    """
     parts = [_block_text(block) for block in result.content]
     text = "\n".join(part for part in parts if part)
     structured = result.structured_content
+    if structured is not None:
+        problem = find_unserializable(structured)
+        if problem is not None:
+            path, reason = problem
+            return ToolOutput(
+                f"the server's structuredContent is not JSON data: {path}: {reason}",
+                is_error=True,
+            )
     if not text and structured is not None:
-        text = orjson.dumps(structured).decode()
+        text = dumps_json(structured).removeprefix(EXACT_MARK).decode()
     return ToolOutput(text, is_error=bool(result.is_error), display_payload=structured)

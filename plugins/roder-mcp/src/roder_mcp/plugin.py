@@ -52,7 +52,36 @@ def start_servers(
                 continue
             seen.add(tool.name)
             tools.append(tool)
-    return tools, failures
+    kept = _without_clashes(tools)
+    used = {id(tool.connection) for tool in kept}
+    for connection in connections:
+        if id(connection) not in used and connection.name not in failures:
+            connection.close()  # nothing of it is registered: nobody else would stop it
+    return kept, failures
+
+
+def _without_clashes(tools: list[McpTool]) -> list[McpTool]:
+    """Return ``tools`` less the names two servers produce (``a`` + ``x__pid`` and ``a__x``
+    + ``pid`` are both ``a__x__pid``), each clash reported naming both servers.
+
+    Neither is kept, as for a name two plugins register: which one the model would call
+    cannot be told from the name. Every other tool stays.
+    """
+    by_name: dict[str, list[McpTool]] = {}
+    for tool in tools:
+        by_name.setdefault(tool.name, []).append(tool)
+    for name, same in by_name.items():
+        if len(same) > 1:
+            which = " and ".join(
+                f"server {t.connection.name!r} (its tool {t.remote_name!r})" for t in same
+            )
+            logger.warning(
+                "MCP tool name %r is produced by %s; both are left out (rename a server "
+                "in [mcp_servers])",
+                name,
+                which,
+            )
+    return [tool for tool in tools if len(by_name[tool.name]) == 1]
 
 
 @hookimpl
