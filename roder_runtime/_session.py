@@ -86,6 +86,9 @@ class Session:
         self.engine = engine
         self.model = model
         self.lease: ThreadLease | None = None
+        self.resumed_turn_id: str | None = None
+        """The turn a dead session left in a tool step, which this one finishes first (its
+        events, a pending approval asked again among them, come before any other)."""
         config = catalog.config
         self._max_input_bytes = config.max_input_bytes
         self._capacity = config.submission_queue_capacity
@@ -133,6 +136,8 @@ class Session:
             raise
         for turn_id, text, resume in leftovers:  # a resumed turn first, then inputs
             self._queue.append(_Queued(turn_id, text, accepted=True, resume=resume))
+            if resume is not None:
+                self.resumed_turn_id = turn_id
         task_group.start_soon(self._shielded, self._run_worker)
 
     async def _shielded(self, run: Callable[[], Awaitable[None]]) -> None:

@@ -188,6 +188,17 @@ class ToolStep:
         self._settings: Mapping[str, Any] = settings or {}
         self.specs: tuple[ToolSpec, ...] = tuple(tool.spec() for tool in tools.values())
         self.steps_run = 0
+        self.left_pending = False
+        """True once a close left calls waiting for approval without results (see
+        :meth:`keep_pending`): the turn stays open for the next session."""
+        self._keep_pending = False
+        self._asking: set[str] = set()  # calls whose approval was asked and not yet given
+
+    def keep_pending(self) -> None:
+        """Say that the session is closing (not interrupted): a call waiting for approval
+        gets no result, so the next session asks again (docs/tools.md: a pending approval
+        survives a restart)."""
+        self._keep_pending = True
 
     async def run(
         self,
@@ -237,10 +248,14 @@ class ToolStep:
                     group.start_soon(run_one, index, call)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
+                keep = self._keep_pending and any(c.id in self._asking for c in calls)
                 for index, call in enumerate(calls):
                     if results[index] is None:
+                        if keep and call.id not in started:
+                            continue  # never ran: the next session asks (or runs) it
                         results[index] = self._error(call, _interrupted(started.get(call.id)))
-                await publish()
+                self.left_pending = keep
+                await publish()  # in order: up to the first call left pending
             raise
         return [r for r in results if r is not None]
 
@@ -337,7 +352,9 @@ class ToolStep:
             if self._decide is None:
                 answer = ApproveToolCall(call.id, False, "nobody can approve calls here")
             else:
+                self._asking.add(call.id)
                 answer = await self._decide(request)
+                self._asking.discard(call.id)
             decided = ToolApprovalDecided(self.turn_id, call.id, answer.approved, answer.reason)
             await self._append([decided])
         if decided.approved:

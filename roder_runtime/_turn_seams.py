@@ -66,6 +66,13 @@ class ToolRunner(Protocol):
     specs: Sequence[ToolSpec]
     """The tools the model is offered."""
 
+    left_pending: bool
+    """True when a close left calls waiting for approval without results."""
+
+    def keep_pending(self) -> None:
+        """Leave calls waiting for approval pending when the step is stopped by a close."""
+        ...
+
     async def run(
         self,
         calls: Sequence[ToolCallRecord],

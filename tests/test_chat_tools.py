@@ -40,12 +40,12 @@ def tool_plugin_env(tmp_path: Path, env: dict[str, str]) -> dict[str, str]:
 class Terminal:
     """A child on a pseudo-terminal: write keys, read what the screen shows."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], *args: str) -> None:
         self.master, slave = pty.openpty()
         # A real terminal has a size (the line editor draws on it).
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
         self.child = subprocess.Popen(
-            [*roder_command(), "chat"], stdin=slave, stdout=slave, stderr=slave, env=env
+            [*roder_command(), "chat", *args], stdin=slave, stdout=slave, stderr=slave, env=env
         )
         os.close(slave)
         self.seen = b""
@@ -54,9 +54,9 @@ class Terminal:
     def type(self, text: str) -> None:
         os.write(self.master, text.encode())
 
-    def wait_for(self, needle: str) -> str:
+    def wait_for(self, needle: str, timeout: float = 60) -> str:
         """Wait until ``needle`` shows after what was waited for before; return the screen."""
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + timeout
         while needle.encode() not in self.seen[self.pos :]:
             remaining = deadline - time.monotonic()
             assert remaining > 0, f"timed out waiting for {needle!r}; screen: {self.seen!r}"

@@ -1,7 +1,8 @@
 """docs/tools.md's promises tried at their edges, through ``run_turn`` and a session.
 
 Failure is data and no call is left without a result: a schema the validator cannot use,
-a result the journal cannot hold, a blocking tool that an interrupt cannot stop.
+a result the journal cannot hold, a blocking tool that an interrupt cannot stop; and a
+pending approval outlives the session that asked.
 """
 
 from __future__ import annotations
@@ -17,11 +18,17 @@ import anyio.from_thread
 import anyio.lowlevel
 import pytest
 
-from roder_api.events import ItemCompleted, ToolCallStarted, TurnAborted, TurnComplete
+from roder_api.events import (
+    ItemCompleted,
+    ToolApprovalRequested,
+    ToolCallStarted,
+    TurnAborted,
+    TurnComplete,
+)
 from roder_api.testing import ScriptedEngine
 from roder_api.tools import Tool, ToolContext, ToolOutput, tool
 from roder_api.transcript import ToolResultRecord
-from roder_runtime import Interrupt, UserInput
+from roder_runtime import ApproveToolCall, Interrupt, UserInput
 
 from .test_agent_loop import items_of, journal, runtime_with, unanswered, until
 
@@ -177,3 +184,35 @@ async def test_an_interrupted_blocking_tool_is_abandoned_not_cancelled(tmp_path:
         await written.wait()  # ... and it took effect afterwards, as the result said
     assert marker.read_text() == "done"
     assert isinstance(events[-1], TurnAborted)
+
+
+async def test_closing_a_session_at_a_pending_approval_leaves_it_pending(tmp_path: Path) -> None:
+    runs: list[str] = []
+
+    @tool(requires_approval=True)
+    def send(to: str) -> str:
+        """Send a message (asks first)."""
+        runs.append(to)
+        return f"sent to {to}"
+
+    runtime = runtime_with(tmp_path, ScriptedEngine(), send)
+    try:
+        thread_id = (await runtime.create_thread()).thread_id
+        async with runtime.start_session(thread_id) as session:
+            await session.submit(UserInput('call send {"to": "bob"}'))
+            asked = (await until(session, ToolApprovalRequested))[-1].event
+        # Closed with the question open: no "not run" result, no end of the turn.
+        after_close = await journal(runtime, thread_id)
+        assert items_of(after_close, ToolResultRecord) == []
+        assert not any(isinstance(e, (TurnAborted, TurnComplete)) for e in after_close)
+        async with runtime.start_session(thread_id) as session:
+            assert session.resumed_turn_id == asked.turn_id
+            again = (await until(session, ToolApprovalRequested))[-1].event  # nothing typed
+            assert again.call_id == asked.call_id
+            await session.submit(ApproveToolCall(again.call_id, True))
+            done = await until(session, TurnComplete)
+        events = await journal(runtime, thread_id)
+    finally:
+        await runtime.aclose()
+    assert runs == ["bob"] and done[-1].event.last_assistant_message == "send said: sent to bob"
+    assert unanswered(events) == []

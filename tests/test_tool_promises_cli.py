@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 from .conftest import roder_command
+from .test_chat_tools import Terminal, tool_plugin_env
 
 CLASHING = {
     "clash_a": """
@@ -84,3 +85,66 @@ def test_plugins_json_reports_the_tool_conflict_the_text_form_reports(
         assert f"plugin '{other}'" in conflict["message"]
     assert plugins["jsonl"]["tool_conflicts"] == []
     assert listed.returncode == text.returncode == 0  # a listing: the problem is in it
+
+
+def test_a_pending_approval_is_asked_again_at_once_after_a_kill_and_exit_leaves_it_pending(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    env = tool_plugin_env(tmp_path, cli_env)  # word_count = "ask"
+    first = Terminal(env)
+    try:
+        first.wait_for("you>")
+        first.type('call word_count {"text": "one two three"}\n')
+        first.wait_for("[y/N]")
+    finally:
+        first.child.kill()  # SIGKILL with the question open
+        first.close()
+
+    second = Terminal(env, "-c")
+    try:
+        # Nothing typed yet: the resumed chat asks at once, before any prompt.
+        screen = second.wait_for("[y/N]", timeout=30)
+        asked = screen[screen.index("earlier messages") :]
+        assert asked.count("you>") == 1  # the history's line, not a prompt
+        assert 'allow word_count({"text": "one two three"})' in asked
+        second.type("/exit\n")  # ends the chat at the question: nothing is decided
+        second.wait_for("still waits for approval")
+        assert second.close() == 0
+    finally:
+        if second.child.poll() is None:
+            second.child.kill()
+    assert "denied" not in second.seen.decode(errors="replace")
+
+    third = Terminal(env, "-c")
+    try:
+        third.wait_for("[y/N]", timeout=30)  # still pending: asked again
+        third.type("y\n")
+        third.wait_for("word_count said: 3")
+        third.wait_for("you>")
+        third.type("\x04")
+        assert third.close() == 0
+    finally:
+        if third.child.poll() is None:
+            third.child.kill()
+
+    shown = subprocess.run(
+        [*roder_command(), "threads", "list", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    (thread,) = json.loads(shown.stdout)["threads"]
+    events = subprocess.run(
+        [*roder_command(), "threads", "show", thread["thread_id"], "--events", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    journal = [entry.get("event", entry) for entry in json.loads(events.stdout)["events"]]
+    kinds = [e["type"] for e in journal]
+    assert kinds.count("tool_approval_requested") == 3  # asked by each of the three chats
+    assert kinds.count("tool_approval_decided") == 1  # only by the explicit answer
+    results = [e["item"] for e in journal if e.get("item", {}).get("type") == "tool_result"]
+    assert [(r["result"], r["is_error"]) for r in results] == [("3", False)]

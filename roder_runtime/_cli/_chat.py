@@ -16,7 +16,7 @@ from typing import Any
 from roder_api.errors import InputTooLargeError, ThreadBusyError, ThreadNotFoundError
 from roder_api.transcript import AssistantMessage, UserMessage
 from roder_runtime._cli._chat_input import LineEditor, clean_argument, read_stdin
-from roder_runtime._cli._chat_turn import Ask, TurnOutcome, note, run_turn
+from roder_runtime._cli._chat_turn import Ask, TurnOutcome, follow_turn, note, run_turn
 from roder_runtime._cli._common import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -198,6 +198,15 @@ class _Chat:
             who = "you" if isinstance(item, UserMessage) else "assistant"
             note(f"  {who}> {item.text}")
 
+    async def finish_resumed(self) -> TurnOutcome | None:
+        """Show the turn the session resumed (cut off in a tool step) before anything is
+        typed: a pending approval is asked again at once. Return its outcome, or None."""
+        session = self.session
+        if session is None or session.resumed_turn_id is None:
+            return None
+        note("roder: finishing the last turn, cut off while it ran tools")
+        return await follow_turn(session, session.resumed_turn_id, self.ask)
+
 
 async def chat_command(args: argparse.Namespace) -> int:
     """Chat on a terminal, or send piped stdin as one prompt."""
@@ -207,11 +216,13 @@ async def chat_command(args: argparse.Namespace) -> int:
         chat = _Chat(runtime, args)
         chat.thread_id = await _start_thread(runtime, args)
         try:
+            editor = LineEditor(roder_home())
+            chat.ask = editor.read
             if chat.thread_id is not None:
                 await chat.open_session()  # a busy thread is refused before anything is typed
                 await chat.show_resumed(chat.thread_id)
-            editor = LineEditor(roder_home())
-            chat.ask = editor.read
+                if await chat.finish_resumed() is TurnOutcome.PENDING:
+                    return EXIT_OK
             return await _converse(chat, editor)
         finally:
             await chat.close_session()
@@ -273,7 +284,10 @@ async def _converse(chat: _Chat, editor: LineEditor) -> int:
             continue
         if text.startswith("//"):
             line = line.lstrip()[1:]
-        if await chat.send(line) is TurnOutcome.FAILED:
+        outcome = await chat.send(line)
+        if outcome is TurnOutcome.PENDING:  # ended at an approval question
+            return EXIT_FAILURE if failed else EXIT_OK
+        if outcome is TurnOutcome.FAILED:
             failed = True
 
 
@@ -308,6 +322,8 @@ async def _command(chat: _Chat, text: str) -> bool:
             chat.thread_id = previous
             return False
         await chat.show_resumed(thread_id)
+        if await chat.finish_resumed() is TurnOutcome.PENDING:
+            return True
     elif name == "/model":
         if rest:
             await chat.close_session()

@@ -40,6 +40,12 @@ class TurnOutcome(str, enum.Enum):
     COMPLETED = "completed"
     INTERRUPTED = "interrupted"
     FAILED = "failed"
+    PENDING = "pending"
+    """The chat ended at an approval question: the call stays pending (asked again later)."""
+
+
+LEAVE = ("/exit", "/quit", "exit", "quit")
+"""Answers to an approval question that end the chat and leave the call pending."""
 
 
 def write(text: str) -> None:
@@ -112,20 +118,28 @@ class _Printer:
             self.reply_open = False
 
 
-async def approve(session: Session, request: ToolApprovalRequested, ask: Ask | None) -> None:
-    """Ask y/n whether a tool call may run, and submit the answer (no way to ask: no)."""
-    answer: str | None = None
+async def approve(session: Session, request: ToolApprovalRequested, ask: Ask | None) -> bool:
+    """Ask y/n whether a tool call may run, and submit the answer (no way to ask: no).
+
+    Return False, deciding nothing, when the person ends the chat at the question (Ctrl-D,
+    ``/exit``): the call stays pending and the next ``roder chat -c`` asks again.
+    """
+    answer: str | None = ""
     if ask is not None:
         try:
             answer = await ask(f"roder: allow {request.name}({request.arguments})? [y/N] ")
         except KeyboardInterrupt:  # Ctrl-C at the question: no
-            answer = None
+            answer = ""
+        if answer is None or answer.strip().lower() in LEAVE:
+            note(f"roder: {request.name} still waits for approval; roder chat -c asks again")
+            return False
     approved = (answer or "").strip().lower() in ("y", "yes")
     reason = None if approved else "the user said no in roder chat"
     if ask is None:
         reason = "no terminal to ask for approval (roder prompt or piped input)"
     note("roder: allowed" if approved else "roder: denied")
     await session.submit(ApproveToolCall(request.call_id, approved, reason))
+    return True
 
 
 async def run_turn(session: Session, text: str, ask: Ask | None = None) -> TurnOutcome:
@@ -136,8 +150,17 @@ async def run_turn(session: Session, text: str, ask: Ask | None = None) -> TurnO
     """
     # The id is the chat's before submit returns: the turn may end before that.
     turn_id = new_id("turn")
-    printer = _Printer(turn_id)
     await session.submit(UserInput(text), turn_id=turn_id)
+    return await follow_turn(session, turn_id, ask)
+
+
+async def follow_turn(session: Session, turn_id: str, ask: Ask | None = None) -> TurnOutcome:
+    """Show turn ``turn_id`` of ``session`` (already running, or resumed) until it ends.
+
+    As :func:`run_turn`: approvals asked with ``ask``, Ctrl-C interrupts the turn; ending
+    the chat at an approval question returns ``TurnOutcome.PENDING`` at once.
+    """
+    printer = _Printer(turn_id)
     outcome: TurnOutcome | None = None
     failure: RoderError | None = None
     with anyio.open_signal_receiver(signal.SIGINT) as signals:
@@ -153,7 +176,9 @@ async def run_turn(session: Session, text: str, ask: Ask | None = None) -> TurnO
                     event = (await session.next_event()).event
                     if isinstance(event, ToolApprovalRequested):
                         printer.end_reply()
-                        await approve(session, event, ask)
+                        if not await approve(session, event, ask):
+                            outcome = TurnOutcome.PENDING
+                            break
                     outcome = printer.show(event)
             except RoderError as exc:
                 # The store failed: what was shown is journaled, nothing more can be.
