@@ -20,6 +20,7 @@ import anyio
 import orjson
 
 from roder_api.codec import find_unserializable
+from roder_api.errors import RoderError
 from roder_api.events import (
     Event,
     ItemCompleted,
@@ -239,7 +240,15 @@ class ToolStep:
                         await self._append(ready)
 
         async def run_one(index: int, call: ToolCallRecord) -> None:
-            results[index] = await self._run_call(call, known.get(call.id), started)
+            try:
+                result = await self._run_call(call, known.get(call.id), started)
+            except RoderError:
+                raise  # the journal failed: the turn ends, and says so
+            except Exception as exc:  # noqa: BLE001 - no call is left without a result
+                result = self._error(
+                    call, f"the call could not be run: {type(exc).__name__}: {exc}"
+                )
+            results[index] = result
             await publish()
 
         try:

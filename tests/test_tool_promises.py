@@ -83,8 +83,13 @@ async def one_call_turn(tmp_path: Path, message: str, *tools: Tool) -> tuple[str
             "the tool's own schema is invalid",
         ),
         (RECURSIVE, nested(300), "could not be checked against the tool's schema"),
+        (
+            {"type": "object", "properties": {1: {"type": "string"}}},
+            "{}",
+            "the tool's own schema is invalid",
+        ),
     ],
-    ids=["unresolvable-ref", "recursive-300-deep"],
+    ids=["unresolvable-ref", "recursive-300-deep", "schema-not-json"],
 )
 async def test_a_schema_the_validator_cannot_use_is_an_error_result(
     tmp_path: Path, parameters: dict[str, Any], arguments: str, reason: str
@@ -216,3 +221,21 @@ async def test_closing_a_session_at_a_pending_approval_leaves_it_pending(tmp_pat
         await runtime.aclose()
     assert runs == ["bob"] and done[-1].event.last_assistant_message == "send said: sent to bob"
     assert unanswered(events) == []
+
+
+class BrokenTimeout(Fixed):
+    """A tool whose own attribute raises when the step reads it (a plugin's bug)."""
+
+    @property  # type: ignore[override]
+    def timeout_s(self) -> float | None:
+        raise RuntimeError("the deadline could not be computed")
+
+
+async def test_a_tool_that_breaks_the_step_itself_still_gets_an_error_result(
+    tmp_path: Path,
+) -> None:
+    broken = BrokenTimeout("broken", {"type": "object"})
+    reply, events = await one_call_turn(tmp_path, "call broken", broken)
+    (result,) = items_of(events, ToolResultRecord)
+    assert result.is_error and "RuntimeError: the deadline could not be computed" in result.result
+    assert isinstance(events[-1], TurnComplete) and unanswered(events) == []

@@ -115,6 +115,10 @@ def schema_error(schema: Mapping[str, Any], arguments: Any) -> str | None:
         validator = _validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
     except jsonschema.SchemaError as exc:
         return f"the tool's own schema is invalid: {exc.message}"
+    except TypeError as exc:  # orjson's JSONEncodeError: a non-text key, a Python object
+        return f"the tool's own schema is invalid: it is not JSON data ({exc})"
+    except Exception as exc:  # noqa: BLE001 - a failure to build the validator is the schema's
+        return f"the tool's own schema is invalid: {type(exc).__name__}: {exc}"
     try:
         error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
     except referencing.exceptions.Unresolvable as exc:
