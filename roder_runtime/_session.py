@@ -86,9 +86,7 @@ class Session:
         self.engine = engine
         self.model = model
         self.lease: ThreadLease | None = None
-        self.resumed_turn_id: str | None = None
-        """The turn a dead session left in a tool step, which this one finishes first (its
-        events, a pending approval asked again among them, come before any other)."""
+        self.resumed_turn_id: str | None = None  # a turn left in a tool step: it runs first
         config = catalog.config
         self._max_input_bytes = config.max_input_bytes
         self._capacity = config.submission_queue_capacity
@@ -134,10 +132,8 @@ class Session:
         except BaseException:
             await self._shutdown()
             raise
-        for turn_id, text, resume in leftovers:  # a resumed turn first, then inputs
-            self._queue.append(_Queued(turn_id, text, accepted=True, resume=resume))
-            if resume is not None:
-                self.resumed_turn_id = turn_id
+        self._queue.extend(_Queued(t, text, accepted=True, resume=r) for t, text, r in leftovers)
+        self.resumed_turn_id = next((t for t, _, r in leftovers if r is not None), None)
         task_group.start_soon(self._shielded, self._run_worker)
 
     async def _shielded(self, run: Callable[[], Awaitable[None]]) -> None:

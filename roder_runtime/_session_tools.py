@@ -66,11 +66,19 @@ class SessionTools:
             await sink.record(*events)
             await sink.persisted()  # durable before the tool runs (ToolCallStarted)
 
-        return {"tool_step": self.step(turn_id, append), "resume": resume}
+        step = self.step(turn_id, append, closing=lambda: sink.closing)
+        return {"tool_step": step, "resume": resume}
 
-    def step(self, turn_id: str, append: Callable[[Sequence[Event]], Awaitable[None]]) -> ToolStep:
-        """Return the tool step of turn ``turn_id``, journaling through ``append``."""
+    def step(
+        self,
+        turn_id: str,
+        append: Callable[[Sequence[Event]], Awaitable[None]],
+        closing: Callable[[], bool] | None = None,
+    ) -> ToolStep:
+        """Return the tool step of turn ``turn_id``, journaling through ``append``
+        (``closing``: whether the session is closing, which leaves approvals pending)."""
         return ToolStep(
+            closing=closing,
             thread_id=self.thread_id,
             turn_id=turn_id,
             tools=self.tools,

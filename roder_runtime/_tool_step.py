@@ -166,7 +166,8 @@ class ToolStep:
     """Runs the calls of model steps for one turn (see the module docstring).
 
     ``append`` journals events (it returns once they are persisted); ``decide`` waits for
-    the user's decision on ``ask`` calls (None: nobody can approve, such calls are denied).
+    the user's decision on ``ask`` calls (None: nobody can approve, such calls are denied);
+    ``closing`` says whether the session is closing (a stop that is not an interrupt).
     """
 
     def __init__(
@@ -179,6 +180,7 @@ class ToolStep:
         append: Append,
         decide: Decide | None = None,
         settings: Mapping[str, Any] | None = None,
+        closing: Callable[[], bool] | None = None,
     ) -> None:
         self.thread_id = thread_id
         self.turn_id = turn_id
@@ -189,17 +191,11 @@ class ToolStep:
         self._settings: Mapping[str, Any] = settings or {}
         self.specs: tuple[ToolSpec, ...] = tuple(tool.spec() for tool in tools.values())
         self.steps_run = 0
+        self._closing = closing or (lambda: False)
         self.left_pending = False
-        """True once a close left calls waiting for approval without results (see
-        :meth:`keep_pending`): the turn stays open for the next session."""
-        self._keep_pending = False
+        """True once a close left calls waiting for approval without results: the turn
+        stays open, and the next session asks again (a pending approval survives)."""
         self._asking: set[str] = set()  # calls whose approval was asked and not yet given
-
-    def keep_pending(self) -> None:
-        """Say that the session is closing (not interrupted): a call waiting for approval
-        gets no result, so the next session asks again (docs/tools.md: a pending approval
-        survives a restart)."""
-        self._keep_pending = True
 
     async def run(
         self,
@@ -257,7 +253,8 @@ class ToolStep:
                     group.start_soon(run_one, index, call)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                keep = self._keep_pending and any(c.id in self._asking for c in calls)
+                # Closed (not interrupted) while asking: leave it for the next session.
+                keep = self._closing() and any(c.id in self._asking for c in calls)
                 for index, call in enumerate(calls):
                     if results[index] is None:
                         if keep and call.id not in started:

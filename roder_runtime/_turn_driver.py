@@ -71,9 +71,6 @@ from roder_runtime._tool_step import PendingToolStep, ToolStepLimitError
 from roder_runtime._turn_seams import Inbox, ToolRunner, TurnOutcome, TurnSink
 from roder_runtime._turns import new_id
 
-_CLOSING = (AbortReason.CLOSED, AbortReason.RUNTIME_CLOSED)
-"""Abort reasons that end the session, not the turn's work (a pending approval stays)."""
-
 
 class _TurnFailed(Exception):
     """Raised inside the driver to end the turn with an ``ErrorEvent`` (its message)."""
@@ -137,8 +134,6 @@ class TurnDriver:
         """Stop the turn now (``interrupted``, ``closed``, ...), keeping the text delivered."""
         if not self.finished and self.abort_reason is None:
             self.abort_reason = reason
-            if self.tool_step is not None and reason in _CLOSING:
-                self.tool_step.keep_pending()  # an approval asked for outlives the session
             self.scope.cancel()
 
     # --- the whole turn ------------------------------------------------------------------------
@@ -180,10 +175,8 @@ class TurnDriver:
             )
         reason = self.abort_reason or AbortReason.FAILED
         self.finished = True
-        if self.tool_step is not None and self.tool_step.left_pending:
-            self._on_input_journaled()  # left open: the next session resumes the step
-            return TurnOutcome(self.turn_id, reason)
-        await self._end_aborted(reason, error)
+        if self.tool_step is None or not self.tool_step.left_pending:  # else left open
+            await self._end_aborted(reason, error)
         return TurnOutcome(self.turn_id, reason)
 
     async def _end_aborted(self, reason: AbortReason, error: str | None) -> None:

@@ -22,6 +22,9 @@ from roder_runtime._tool_step import CallState
 class TurnSink(Protocol):
     """Where a turn's events go: the session's recorder (persisted before delivered)."""
 
+    closing: bool
+    """True once the session is closing (its consumer is gone; not an interrupt)."""
+
     @property
     def journal(self) -> Journal:
         """Return the thread's journal, appending in order with the recorder."""
@@ -67,11 +70,8 @@ class ToolRunner(Protocol):
     """The tools the model is offered."""
 
     left_pending: bool
-    """True when a close left calls waiting for approval without results."""
-
-    def keep_pending(self) -> None:
-        """Leave calls waiting for approval pending when the step is stopped by a close."""
-        ...
+    """True when a close left calls waiting for approval without results (the turn stays
+    open for the next session)."""
 
     async def run(
         self,
