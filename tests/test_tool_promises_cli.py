@@ -148,3 +148,32 @@ def test_a_pending_approval_is_asked_again_at_once_after_a_kill_and_exit_leaves_
     assert kinds.count("tool_approval_decided") == 1  # only by the explicit answer
     results = [e["item"] for e in journal if e.get("item", {}).get("type") == "tool_result"]
     assert [(r["result"], r["is_error"]) for r in results] == [("3", False)]
+
+
+def test_ctrl_d_at_the_question_ends_the_chat_and_the_next_chat_asks_again(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    env = tool_plugin_env(tmp_path, cli_env)
+    first = Terminal(env)
+    try:
+        first.wait_for("you>")
+        first.type('call word_count {"text": "a b"}\n')
+        first.wait_for("[y/N]")
+        first.type("\x04")  # end of input at the question: a clean exit, nothing decided
+        first.wait_for("still waits for approval")
+        assert first.close() == 0
+    finally:
+        if first.child.poll() is None:
+            first.child.kill()
+    second = Terminal(env, "-c")
+    try:
+        second.wait_for('allow word_count({"text": "a b"})? [y/N]', timeout=30)
+        second.type("n\n")  # an explicit answer decides
+        second.wait_for("denied by the user")
+        second.wait_for("you>")
+        second.type("\x04")
+        assert second.close() == 0
+    finally:
+        if second.child.poll() is None:
+            second.child.kill()
+    assert "denied" not in first.seen.decode(errors="replace")
