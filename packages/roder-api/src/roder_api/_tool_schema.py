@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, get_args, get_type_hints
 
 import orjson
+
 try:
     import docstring_parser
     import jsonschema
