@@ -76,6 +76,7 @@ from roder_runtime._summary import (
     summary_boundary,
     summary_budget,
     summary_prompt,
+    summary_reserve,
 )
 from roder_runtime._turns import new_id
 
@@ -117,6 +118,7 @@ class _Candidate:
     mode: CompactionMode
     boundary: ProviderMetadata | None = None
     text: str = ""
+    cap: int | None = None  # summary mode: the most output tokens asked for
     reason: DiscardReason | None = None
     detail: str = ""
 
@@ -179,6 +181,17 @@ class _Candidate:
         if self.mode is CompactionMode.SUMMARY and not self.text.strip():
             self.detail = "the summary stream completed without text"
             return DiscardReason.NO_BOUNDARY
+        if self.mode is CompactionMode.SUMMARY and self.cap is not None:
+            # A server may ignore the cap it was sent; a summary over it would not fit.
+            size = attempt.usage.completion_tokens or estimate_transcript_tokens(
+                [ContextCompaction(self.text)]
+            )
+            if size > self.cap:
+                self.detail = (
+                    f"the summary is {size} tokens; the call asked for at most {self.cap} "
+                    "tokens (summary_max_tokens, at most a quarter of the window)"
+                )
+                return DiscardReason.TOO_LARGE
         return None
 
 
@@ -227,6 +240,8 @@ async def compact(
     history = list(history)
     config = catalog.config
     mode = compaction_mode(engine, thread_id)
+    cap: int | None = None
+    window: int | None = None
     if mode is CompactionMode.NATIVE:
         request = AgentInferenceRequest(model, config.instructions, tuple(history))
     else:
@@ -238,14 +253,17 @@ async def compact(
                 config.compaction.summary_max_tokens,
                 estimate_transcript_tokens((), SUMMARY_INSTRUCTIONS),
             )
+        cap = summary_reserve(window, config.compaction.summary_max_tokens)
         prompt = summary_prompt(history, budget_tokens=budget)
-        request = AgentInferenceRequest(model, SUMMARY_INSTRUCTIONS, tuple(prompt))
+        request = AgentInferenceRequest(
+            model, SUMMARY_INSTRUCTIONS, tuple(prompt), max_output_tokens=cap
+        )
     mark = (await journal.append([CompactionStarted(turn_id, mode)]))[-1].sequence
-    candidate = _Candidate(mode)
+    candidate = _Candidate(mode, cap=cap)
 
     async def start(number: int) -> AsyncIterator[InferenceEvent]:
         nonlocal candidate
-        candidate = _Candidate(mode)
+        candidate = _Candidate(mode, cap=cap)
         ctx = InferenceTurnContext(
             thread_id, turn_id, new_id("compaction"), UsagePurpose.COMPACTION, number
         )

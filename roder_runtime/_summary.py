@@ -84,6 +84,15 @@ SUMMARY_RESERVE_FRACTION = 4
 """The summary's reserve is at most a quarter (1/4) of the window."""
 
 
+def summary_reserve(window: int | None, summary_max_tokens: int) -> int:
+    """Return the most tokens a summary may take: ``summary_max_tokens``, but never more
+    than a quarter of the window (when it is known). The summarising call asks for at most
+    this (its output cap), and a summary over it is discarded."""
+    if not window:
+        return summary_max_tokens
+    return max(1, min(summary_max_tokens, window // SUMMARY_RESERVE_FRACTION))
+
+
 def summary_budget(window: int, summary_max_tokens: int, instructions_tokens: int) -> int:
     """Return how many tokens of history a summarising compaction may send.
 
@@ -91,8 +100,7 @@ def summary_budget(window: int, summary_max_tokens: int, instructions_tokens: in
     a quarter of the window, so that a small model (2,048 tokens) still gets most of its
     history to summarise — less the instructions; at least 1.
     """
-    reserve = min(summary_max_tokens, window // SUMMARY_RESERVE_FRACTION)
-    return max(1, window - reserve - instructions_tokens)
+    return max(1, window - summary_reserve(window, summary_max_tokens) - instructions_tokens)
 
 
 def summary_prompt(

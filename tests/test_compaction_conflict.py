@@ -96,6 +96,7 @@ def test_the_vocabulary_is_str_enums_with_the_words_on_disk() -> None:
         "preempted",
         "conflict",
         "interrupted",
+        "too_large",
     ]
     assert [p.value for p in UsagePurpose] == ["turn", "compaction", "discarded_compaction"]
     assert [m.value for m in CompactionMode] == ["native", "summary"]

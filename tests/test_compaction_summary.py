@@ -180,3 +180,49 @@ async def test_summarising_compaction_is_transactional_too(
         snapshot = await runtime.load_thread(thread_id)
         assert snapshot is not None and snapshot.items == HISTORY
         assert snapshot.metadata.usage.total_tokens == 70 * attempts
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "script",
+    [
+        [MessageDelta("s" * 300), Usage(TokenUsage(50, 896, 946)), Completed()],
+        [MessageDelta("s" * 2000), Completed()],  # no usage reported: the text's estimate
+    ],
+    ids=["reported-usage", "estimated"],
+)
+async def test_a_summary_over_its_output_cap_is_discarded(tmp_path: Path, script: Script) -> None:
+    """The summarising call carries the cap (``max_output_tokens``: a quarter of a 400-token
+    window); an answer over it is discarded (``too_large``), never committed."""
+
+    def play(ctx: InferenceTurnContext, request: AgentInferenceRequest, index: int) -> Script:
+        return script
+
+    engine = ScriptedEngine(native_compaction=False, turns=play, context_window=400)
+    async with make_runtime(tmp_path / "threads", engine) as runtime:
+        thread_id = (await runtime.create_thread()).thread_id
+        for item in HISTORY[:2]:
+            await runtime.persist_turn_item(thread_id, "t1", item)
+        history = await runtime.replay_history(thread_id)
+        with pytest.raises(CompactionFailed) as caught:
+            await runtime.compact_with_provider(thread_id, "t2", "scripted", None, history)
+        assert caught.value.reason == "too_large"
+        assert "at most 100 tokens" in str(caught.value)
+        (_, request) = engine.requests[0]
+        assert request.max_output_tokens == 100
+        assert await runtime.replay_history(thread_id) == history
+        events = [e.event for e in await (await runtime.store()).read_events(thread_id)]
+        assert not any(isinstance(e, CompactionCommitted) for e in events)
+
+
+@pytest.mark.anyio
+async def test_the_summarising_request_carries_the_output_cap(tmp_path: Path) -> None:
+    engine = summary_engine()
+    async with make_runtime(tmp_path / "threads", engine) as runtime:
+        thread_id = (await runtime.create_thread()).thread_id
+        for item in HISTORY:
+            await runtime.persist_turn_item(thread_id, "t1", item)
+        history = await runtime.replay_history(thread_id)
+        await runtime.compact_with_provider(thread_id, "t2", "scripted", None, history)
+    (_, request) = engine.requests[0]
+    assert request.max_output_tokens == 2000  # summary_max_tokens; the window is large

@@ -310,3 +310,20 @@ async def test_the_placeholder_model_uses_the_documented_default(
     finally:
         await engine.aclose()
     assert server.posted()[0].json()["model"] == "claude-sonnet-4-6"
+
+
+async def test_the_request_output_cap_lowers_max_tokens(
+    server: LoopbackServer, api_key: str
+) -> None:
+    """``AgentInferenceRequest.max_output_tokens`` (a summarising compaction's cap) lowers
+    the ``max_tokens`` sent; it never raises it."""
+    server.expect("/v1/messages", sse_reply(text_stream("Hi")), sse_reply(text_stream("Hi")))
+    engine = engine_on(server, max_tokens=300)
+    try:
+        await collect(engine.stream_turn(CTX, request(max_output_tokens=40)))
+        await collect(engine.stream_turn(CTX, request(max_output_tokens=4000)))
+    finally:
+        await engine.aclose()
+    first, second = (r.json() for r in server.posted())
+    assert first["max_tokens"] == 40
+    assert second["max_tokens"] == 300

@@ -213,3 +213,16 @@ async def test_a_refusal_is_the_reply(server: LoopbackServer) -> None:
     async with chat_engine(server) as engine:
         events = await collect(engine.stream_turn(CTX, request()))
     assert text_of(events) == "I can't help." and events[-1] == Completed("stop", "c3")
+
+
+async def test_the_request_output_cap_is_sent_as_max_tokens(server: LoopbackServer) -> None:
+    """``AgentInferenceRequest.max_output_tokens`` goes out as ``max_tokens`` (llama.cpp,
+    vLLM, Ollama), the lower of it and the table's cap."""
+    server.expect("/chat/completions", sse_reply("chat_text.sse"), sse_reply("chat_text.sse"))
+    async with chat_engine(server) as engine:
+        await collect(engine.stream_turn(CTX, request(max_output_tokens=33)))
+    async with chat_engine(server, max_output_tokens=10) as engine:
+        await collect(engine.stream_turn(CTX, request(max_output_tokens=33)))
+    first, second = (r.json() for r in server.requests)
+    assert first["max_tokens"] == 33
+    assert second["max_tokens"] == 10

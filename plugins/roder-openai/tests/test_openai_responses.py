@@ -471,3 +471,17 @@ async def test_a_json_answer_that_is_not_a_response_is_told_apart(
         _, failure = await collect_failure(engine.stream_turn(CTX, request()))
     assert failure.kind is ProviderFailureKind.OTHER
     assert "not a response" in failure.message and "response.compaction" in failure.message
+
+
+async def test_the_request_output_cap_is_sent_as_max_output_tokens(
+    server: LoopbackServer, api_key: str
+) -> None:
+    """``AgentInferenceRequest.max_output_tokens`` (a summarising compaction's cap) goes on
+    the wire, and never raises the table's own cap."""
+    server.expect("/responses", sse_reply("responses_text.sse"), sse_reply("responses_text.sse"))
+    async with responses_engine(server, max_output_tokens=64) as engine:
+        await collect(engine.stream_turn(CTX, request(max_output_tokens=500)))
+        await collect(engine.stream_turn(CTX, request(max_output_tokens=20)))
+    first, second = (r.json() for r in server.requests)
+    assert first["max_output_tokens"] == 64
+    assert second["max_output_tokens"] == 20

@@ -55,6 +55,7 @@ class DiscardReason(_Word):
     PREEMPTED = "preempted"
     CONFLICT = "conflict"
     INTERRUPTED = "interrupted"
+    TOO_LARGE = "too_large"
 
 
 class AbortReason(_Word):
@@ -145,7 +146,8 @@ class CompactionDiscarded(Record):
 
     ``reason`` is a :class:`DiscardReason`: ``disconnected``, ``failed``,
     ``conflicting_boundary``, ``tool_call``, ``no_boundary``, ``not_completed``,
-    ``preempted``, ``conflict`` (the journal moved on meanwhile) or ``interrupted``.
+    ``preempted``, ``conflict`` (the journal moved on meanwhile), ``interrupted`` or
+    ``too_large`` (a summary over the output cap it was asked for).
     """
 
     reason: str

@@ -223,13 +223,26 @@ class ToolSpec:
 
 @dataclass(frozen=True, slots=True)
 class AgentInferenceRequest:
-    """One model call: the model, the instructions, the replay transcript and the tools."""
+    """One model call: the model, the instructions, the replay transcript and the tools.
+
+    ``max_output_tokens``: the most tokens the call may answer with (a summarising
+    compaction's cap), or None for the engine's configured default. An engine sends it as
+    the provider's output cap (``max_tokens``, ``max_output_tokens``), the lower of it and
+    its own configured cap.
+    """
 
     model: str
     instructions: str | None
     transcript: Sequence[TranscriptItem]
     tools: Sequence[ToolSpec] = ()
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    max_output_tokens: int | None = None
+
+    def output_cap(self, configured: int | None) -> int | None:
+        """Return the output cap to send: the lower of ``configured`` (the engine's own
+        setting, None: none) and :attr:`max_output_tokens` (None when neither is set)."""
+        caps = [cap for cap in (configured, self.max_output_tokens) if cap]
+        return min(caps) if caps else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -223,7 +223,7 @@ class AnthropicEngine(InferenceEngine):
         model = self.model_for(request.model)
         body: dict[str, Any] = {
             "model": model,
-            "max_tokens": self.max_tokens_for(model),
+            "max_tokens": request.output_cap(self.max_tokens_for(model)),
             "messages": anthropic_messages(request.transcript),
         }
         if request.instructions:
@@ -245,7 +245,11 @@ class AnthropicEngine(InferenceEngine):
         thinking = self.settings.thinking
         if thinking == "adaptive":
             body["thinking"] = {"type": "adaptive"}
-        elif isinstance(thinking, int):
+        elif isinstance(thinking, int) and (
+            request.max_output_tokens is None or thinking < body["max_tokens"]
+        ):
+            # The API wants budget_tokens below max_tokens: a call capped lower (a summary)
+            # goes without extended thinking rather than fail.
             body["thinking"] = {"type": "enabled", "budget_tokens": thinking}
         threshold = self.compact_threshold_for(body["model"])
         if threshold is not None:

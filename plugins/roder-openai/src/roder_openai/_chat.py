@@ -221,7 +221,7 @@ class OpenAIChatEngine(HttpEngine):
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        max_output = self.settings.max_output_tokens_for(model)
+        max_output = request.output_cap(self.settings.max_output_tokens_for(model))
         if max_output:
             body["max_tokens"] = max_output
         temperature = self.settings.temperature_for(model)

@@ -364,7 +364,7 @@ class OpenAIResponsesEngine(HttpEngine):
         }
         if request.instructions:
             body["instructions"] = request.instructions
-        max_output = settings.max_output_tokens_for(model)
+        max_output = request.output_cap(settings.max_output_tokens_for(model))
         if max_output:
             body["max_output_tokens"] = max_output
         temperature = settings.temperature_for(model)
