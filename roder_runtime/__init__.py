@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from roder_api import __version__ as _api_version
 from roder_runtime._compaction import CompactionResult
+from roder_runtime._journal import ReplayHistory
 from roder_runtime._config import (
     CompactionConfig,
     ReliabilityConfig,
@@ -31,6 +32,7 @@ __all__ = [
     "Interrupt",
     "Op",
     "ReliabilityConfig",
+    "ReplayHistory",
     "Runtime",
     "RuntimeConfig",
     "Session",

@@ -75,7 +75,7 @@ async def maybe_auto_compact(
     ``WarningEvent`` says so); otherwise this raises ``CompactionFailed`` (or
     ``CompactionPreempted``) with a message that says what to do.
     """
-    history = list(history)
+    given, history = history, list(history)  # ``given`` keeps its read sequence
     if not await auto_compaction_due(catalog, engine, model, history, pending):
         return history
     window = await catalog.context_window(engine, model)
@@ -89,7 +89,7 @@ async def maybe_auto_compact(
             turn_id=turn_id,
             engine=engine,
             model=model,
-            history=history,
+            history=given,
             preempt=preempt,
         )
     except CompactionError as exc:

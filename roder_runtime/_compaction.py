@@ -64,7 +64,7 @@ from roder_api.transcript import (
 from roder_runtime._catalog import ModelCatalog
 from roder_runtime._estimates import estimate_transcript_tokens
 from roder_runtime._estimates import usage_report as usage_report  # for `roder compact`
-from roder_runtime._journal import Journal
+from roder_runtime._journal import Journal, ReplayHistory
 from roder_runtime._model_call import (
     Attempt,
     PreemptSignal,
@@ -237,9 +237,31 @@ async def compact(
     what they were.
     """
     thread_id = journal.thread_id
+    read_at = history.sequence if isinstance(history, ReplayHistory) else None
     history = list(history)
     config = catalog.config
     mode = compaction_mode(engine, thread_id)
+    if read_at is None:
+        # A history without its read sequence: it stands for the thread only if it is the
+        # replay history now (else it misses items, and a boundary would hide them).
+        current = await journal.replay_history()
+        read_at = current.sequence
+        if list(current) != history:
+            await journal.append(
+                [
+                    CompactionStarted(turn_id, mode),
+                    CompactionDiscarded(DiscardReason.CONFLICT, turn_id),
+                ]
+            )
+            raise CompactionPreempted(
+                f"compaction of thread {thread_id} discarded (conflict): the history given is "
+                "not the thread's replay history (items were added since it was read); the "
+                "history is unchanged and no model was called",
+                thread_id=thread_id,
+                reason=DiscardReason.CONFLICT,
+                attempts=0,
+                usage=TokenUsage(),
+            )
     cap: int | None = None
     window: int | None = None
     if mode is CompactionMode.NATIVE:
@@ -312,7 +334,7 @@ async def compact(
                 CompactionCommitted(turn_id, mode),
             ]
             with anyio.CancelScope(shield=True):
-                if await _commit(journal, committed, mark):
+                if await _commit(journal, committed, read_at, mark):
                     return CompactionResult(boundary, total, made, mode)
             reason = DiscardReason.CONFLICT
             candidate.detail = "new items were added to the thread while compacting"
@@ -343,12 +365,18 @@ def _calls(attempts: Sequence[Attempt]) -> int:
     return sum(1 for a in attempts if a.called)
 
 
-async def _commit(journal: Journal, events: Sequence[Event], mark: int) -> bool:
-    """Append ``events`` if no item was journaled after ``mark``; return True when committed.
+async def _commit(journal: Journal, events: Sequence[Event], read_at: int, mark: int) -> bool:
+    """Append ``events`` if no item was journaled after ``read_at`` (where the history was
+    read); return True when committed. ``mark`` is the last sequence this compaction wrote.
 
-    Events that are not items (input accepted meanwhile, warnings) do not change the
-    history: the commit is tried again on the new last sequence.
+    Events that are not items (input accepted meanwhile, warnings, this compaction's own)
+    do not change the history: the commit is tried again on the new last sequence.
     """
+    if read_at < mark:
+        since = await journal.read_events(after=read_at)
+        if any(isinstance(e.event, ItemCompleted) for e in since):
+            return False
+        mark = max(mark, since[-1].sequence if since else read_at)
     while True:
         try:
             await journal.append(events, expected_last_sequence=mark)

@@ -9,7 +9,7 @@ a session hands them its recorder-backed journal, a script the store-backed one.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
 import anyio
@@ -24,6 +24,21 @@ T = TypeVar("T")
 
 DEFAULT_STORE_TIMEOUT_S = 120.0
 """How long one store call may take when ``turn_timeout_s`` is not set."""
+
+
+class ReplayHistory(list[TranscriptItem]):
+    """The transcript items from the last compaction boundary on, as read at ``sequence``.
+
+    A list (use it as one); ``sequence`` is the thread's last event when it was read (0:
+    none). ``Runtime.compact_with_provider`` commits only if no item was journaled after
+    it, so an item appended between the read and the compaction is never hidden.
+    """
+
+    __slots__ = ("sequence",)
+
+    def __init__(self, items: Iterable[TranscriptItem] = (), *, sequence: int = 0) -> None:
+        super().__init__(items)
+        self.sequence = sequence
 
 
 class Journal(Protocol):
@@ -46,8 +61,9 @@ class Journal(Protocol):
         """Return the thread's events with sequence above ``after``."""
         ...
 
-    async def replay_history(self) -> list[TranscriptItem]:
-        """Return the transcript items from the last compaction boundary on."""
+    async def replay_history(self) -> ReplayHistory:
+        """Return the transcript items from the last compaction boundary on (and the
+        sequence they were read at)."""
         ...
 
     async def last_sequence(self) -> int:
@@ -107,13 +123,15 @@ class ThreadJournal:
             "read", lambda: self.store.read_events(self.thread_id, after=after)
         )
 
-    async def replay_history(self) -> list[TranscriptItem]:
-        """Return the transcript items from the last compaction boundary on."""
+    async def replay_history(self) -> ReplayHistory:
+        """Return the transcript items from the last compaction boundary on, with the
+        sequence of the last event read (the replay runs to the journal's end)."""
         # Decoding many events: the cyclic collector would only slow it down.
         with gc_paused():
             entries = await self.bounded("replay", lambda: self.store.replay_events(self.thread_id))
             items = [e.event.item for e in entries if isinstance(e.event, ItemCompleted)]
-            return trim_to_last_compaction_boundary(items)
+            sequence = entries[-1].sequence if entries else 0
+            return ReplayHistory(trim_to_last_compaction_boundary(items), sequence=sequence)
 
     async def snapshot(self) -> ThreadSnapshot:
         """Return the thread's metadata and whole history by turn (``read_snapshot``)."""

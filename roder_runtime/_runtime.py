@@ -45,7 +45,7 @@ from roder_runtime._compaction import CompactionResult, compact
 from roder_runtime._config import RuntimeConfig, load_config
 from roder_runtime._estimates import sum_usage_by_purpose
 from roder_runtime._guards import open_store
-from roder_runtime._journal import ThreadJournal
+from roder_runtime._journal import ReplayHistory, ThreadJournal
 from roder_runtime._model_call import PreemptSignal
 from roder_runtime._ops import SessionStart
 from roder_runtime._session import Session
@@ -277,8 +277,12 @@ class Runtime:
         """Return ``limit`` journal events below ``before`` (newest when None), ascending."""
         return await (await self.store()).event_page(thread_id, before=before, limit=limit)
 
-    async def replay_history(self, thread_id: str) -> list[TranscriptItem]:
-        """Return the transcript items from the last compaction boundary on."""
+    async def replay_history(self, thread_id: str) -> ReplayHistory:
+        """Return the transcript items from the last compaction boundary on.
+
+        A list with ``sequence``, the thread's last event when it was read: hand it to
+        :meth:`compact_with_provider`, which commits only if no item came after it.
+        """
         return await (await self.journal(thread_id)).replay_history()
 
     # --- turns -------------------------------------------------------------------------------
@@ -398,6 +402,10 @@ class Runtime:
     ) -> CompactionResult:
         """Compact ``history`` (the replay history) with the engine and commit the boundary.
 
+        ``history`` is what :meth:`replay_history` returned: the commit is conditional on
+        the sequence it was read at, so an item appended since discards the candidate
+        (``conflict``). Another sequence of items is checked against the thread's replay
+        history now, and is a ``conflict`` unless it is the same.
         Commit happens in one atomic append only after a clean stream; otherwise the usage
         observed is billed, the history is left exactly as it was, and ``CompactionFailed``
         (``.reason``) or ``CompactionPreempted`` is raised. See ``docs/compaction.md``.

@@ -16,7 +16,7 @@ import anyio
 
 from roder_api.events import AssistantContentDelta, Event, JournalEvent
 from roder_api.transcript import TranscriptItem
-from roder_runtime._journal import ThreadJournal
+from roder_runtime._journal import ReplayHistory, ThreadJournal
 from roder_runtime._recorder import EventRecorder, event_size
 
 
@@ -70,7 +70,7 @@ class RecordedJournal:
         """Return the thread's events with sequence above ``after``."""
         return await self._journal.read_events(after=after)
 
-    async def replay_history(self) -> list[TranscriptItem]:
+    async def replay_history(self) -> ReplayHistory:
         """Return the transcript items from the last compaction boundary on."""
         return await self._journal.replay_history()
 
