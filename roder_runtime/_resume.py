@@ -13,15 +13,18 @@ from collections.abc import Sequence
 from roder_api.errors import SequenceConflictError
 from roder_api.events import (
     AbortReason,
+    AssistantContentDelta,
+    ContentPhase,
     Event,
     InputAccepted,
     ItemCompleted,
     JournalEvent,
+    ModelStepStarted,
     TurnAborted,
     TurnComplete,
     TurnStarted,
 )
-from roder_api.transcript import UserMessage
+from roder_api.transcript import AssistantMessage, UserMessage
 from roder_runtime._journal import ThreadJournal
 from roder_runtime._recorder import EventRecorder
 from roder_runtime._tool_step import PendingToolStep, pending_tool_step
@@ -69,6 +72,24 @@ def leftovers(tail: Sequence[Event]) -> tuple[str | None, list[str], list[InputA
     return last, mine, later
 
 
+def partial_reply(tail: Sequence[Event], turn_id: str) -> str:
+    """Return the reply text the open turn's last model step streamed (and the user saw)
+    but never journaled as an item: what an interrupt would have kept."""
+    step: str | None = None
+    text = ""
+    for event in tail:
+        if getattr(event, "turn_id", None) != turn_id:
+            continue
+        if isinstance(event, ModelStepStarted):
+            step, text = event.model_step_id, ""
+        elif isinstance(event, AssistantContentDelta):
+            if event.model_step_id == step and event.phase is ContentPhase.FINAL_ANSWER:
+                text += event.delta
+        elif isinstance(event, ItemCompleted) and isinstance(event.item, AssistantMessage):
+            text = ""  # the step ended (or its partial text was kept): nothing is left
+    return text
+
+
 Leftover = tuple[str, str, PendingToolStep | None]
 """``(turn_id, text, resume)``: an input to run as a turn, or (``resume`` set) a turn a dead
 session left in a tool step, to finish."""
@@ -79,8 +100,9 @@ async def find_leftovers(journal: ThreadJournal, recorder: EventRecorder) -> lis
 
     An open turn whose last tool step has calls without results is not closed: it comes
     first, to be resumed (its calls run by the crash rules, then the turn goes on). Any
-    other open turn is closed with the input it had taken journaled into it, then
-    ``TurnAborted(turn_id, "process_exited")``, by a conditional append on the last
+    other open turn is closed with the text its last model step streamed kept as an
+    interrupted ``AssistantMessage`` (the interrupt rule), the input it had taken journaled
+    into it, then ``TurnAborted(turn_id, "process_exited")``, by a conditional append on the last
     sequence read (read again when someone appended meanwhile). Then each input accepted
     for a later turn and never answered, in order.
     """
@@ -97,7 +119,11 @@ async def find_leftovers(journal: ThreadJournal, recorder: EventRecorder) -> lis
             # Steering the turn took and never journaled becomes turns of its own.
             again: list[Leftover] = [(new_id("turn"), t, None) for t in taken]
             return [(open_turn, "", step), *again, *pending]
-        closing: list[Event] = [ItemCompleted(open_turn, UserMessage(text)) for text in taken]
+        closing: list[Event] = []
+        partial = partial_reply([e.event for e in tail], open_turn)
+        if partial:  # a model step streams only after the turn's own input is journaled
+            closing.append(ItemCompleted(open_turn, AssistantMessage(partial, True)))
+        closing += [ItemCompleted(open_turn, UserMessage(text)) for text in taken]
         closing.append(TurnAborted(open_turn, AbortReason.PROCESS_EXITED))
         last = tail[-1].sequence if tail else 0
         try:

@@ -422,8 +422,11 @@ async def test_a_turn_left_running_is_closed_on_open_and_the_thread_continues(
     async with make_runtime(tmp_path, engine) as runtime:
         async with await runtime.start_session(thread_id) as session:
             first = await session.next_event()
-            assert first.event == TurnAborted("turn_dead", "process_exited")
+            # The text the user saw is kept, as an interrupt keeps it (issue 21, item 11).
+            assert first.event == ItemCompleted("turn_dead", AssistantMessage("par", True))
             assert first.sequence == 5
+            second = await session.next_event()
+            assert second.event == TurnAborted("turn_dead", "process_exited")
             await session.submit(UserInput("still there?"))
             await events_until(session)
         async with await runtime.start_session(thread_id) as session:
@@ -433,6 +436,7 @@ async def test_a_turn_left_running_is_closed_on_open_and_the_thread_continues(
         assert [e.sequence for e in events] == list(range(1, len(events) + 1))
         assert list(engine.requests[0][1].transcript) == [
             UserMessage("cut off"),
+            AssistantMessage("par", interrupted=True),
             UserMessage("still there?"),
         ]
 

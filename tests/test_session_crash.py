@@ -20,7 +20,7 @@ from roder_api.events import (
     TurnStarted,
 )
 from roder_api.testing import ScriptedEngine
-from roder_api.transcript import UserMessage
+from roder_api.transcript import AssistantMessage, UserMessage
 from roder_runtime import UserInput
 
 from .conftest import REPO, make_runtime
@@ -86,9 +86,14 @@ async def test_sigkill_mid_turn_then_resume(tmp_path: Path) -> None:
 
         async with await runtime.start_session(thread_id) as session:
             with anyio.fail_after(20):
+                # The crash rule keeps what the user saw, as an interrupt does.
                 first = await session.next_event()
-                assert first.event == TurnAborted(turn_id, "process_exited")
+                assert first.event == ItemCompleted(
+                    turn_id, AssistantMessage("streamed so far", interrupted=True)
+                )
                 assert first.sequence == len(before) + 1
+                second = await session.next_event()
+                assert second.event == TurnAborted(turn_id, "process_exited")
                 next_turn = await session.submit(UserInput("I am back"))
                 assert next_turn is not None
                 while True:
@@ -101,7 +106,13 @@ async def test_sigkill_mid_turn_then_resume(tmp_path: Path) -> None:
         assert after[: len(before)] == before
         assert [e.sequence for e in after] == list(range(1, len(after) + 1))
         assert ItemCompleted(turn_id, UserMessage("will be cut off")) in [e.event for e in after]
+        # The next model request: the partial reply between the two user messages.
         assert list(engine.requests[0][1].transcript) == [
             UserMessage("will be cut off"),
+            AssistantMessage("streamed so far", interrupted=True),
             UserMessage("I am back"),
+        ]
+        assert (await runtime.replay_history(thread_id))[:2] == [
+            UserMessage("will be cut off"),
+            AssistantMessage("streamed so far", interrupted=True),
         ]
