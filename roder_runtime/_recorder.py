@@ -319,8 +319,19 @@ class EventRecorder:
         With ``expected_last_sequence`` the append is conditional: ``SequenceConflictError``
         (nothing written, the recorder goes on) when the journal's last event is another.
         Any other failure stops the recorder, as for its own batches.
+
+        The append is shielded from the caller's cancellation (an interrupt of the turn
+        that asked for it): once handed to the store, whether a batch landed must be known,
+        so it is waited for (``append`` has its own deadline) and delivered; the
+        cancellation then takes effect at the caller's next checkpoint.
         """
         self._check_open()
+        with anyio.CancelScope(shield=True):
+            return await self._append_now(events, expected_last_sequence)
+
+    async def _append_now(
+        self, events: Sequence[Event], expected_last_sequence: int | None
+    ) -> list[JournalEvent]:
         async with self._append_lock:
             self._flush_pending()
             if self._to_persist:
