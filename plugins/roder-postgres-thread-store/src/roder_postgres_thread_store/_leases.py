@@ -6,7 +6,9 @@ held. The database releases a session lock when its session ends, so a holder th
 SIGKILL, a lost machine — frees the lease without anyone cleaning up: at once when its
 connection closes, and within about 15 seconds when the machine vanishes (TCP keepalives
 and ``tcp_user_timeout`` are set on the lease's session). The holder writes who it is into
-``roder_leases`` so a refused caller can name it.
+``roder_leases`` so a refused caller can name it. A child the holder forks (a tool's
+background job) would keep the session's socket, and so the lock, past the holder's death:
+the socket is replaced by ``/dev/null`` in forked children (``storekit.close_on_fork``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import anyio.to_thread
 import psycopg
 
 from roder_api.errors import StoreError, ThreadBusyError
+from roder_api.storekit import close_on_fork, forget_on_fork
 from roder_api.threads import LeaseHolder, ThreadLease
 
 LEASE_SESSION_OPTIONS = (
@@ -55,9 +58,11 @@ class AdvisoryLeases:
             conn = await anyio.to_thread.run_sync(
                 self._acquire, thread_id, holder, limiter=self._limiter
             )
+        fd = conn.fileno()  # guarded since before the lock was taken
         try:
             yield ThreadLease(thread_id, holder)
         finally:
+            forget_on_fork(fd)
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(
                     self._release, conn, thread_id, holder, limiter=self._limiter
@@ -77,6 +82,8 @@ class AdvisoryLeases:
 
     def _try_acquire(self, thread_id: str, holder: LeaseHolder) -> psycopg.Connection[Any]:
         conn = self._connect()
+        fd = conn.fileno()
+        close_on_fork(fd)  # before the lock is taken: no fork can inherit it unguarded
         try:
             row = conn.execute(
                 "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", (self._key(thread_id),)
@@ -91,6 +98,7 @@ class AdvisoryLeases:
                 (thread_id, holder.owner, holder.pid, holder.host, holder.since_ms),
             )
         except BaseException:
+            forget_on_fork(fd)
             conn.close()  # ends the session: releases the lock if it was taken
             raise
         return conn

@@ -40,6 +40,7 @@ from roder_api.storekit._cursors import (
     thread_page,
 )
 from roder_api.storekit._file_leases import FileLeases
+from roder_api.storekit._fork_guard import close_on_fork, forget_on_fork
 from roder_api.storekit._fold import (
     fold_metadata,
     last_boundary_sequence,
@@ -70,10 +71,12 @@ __all__ = [
     "check_consecutive",
     "check_continues",
     "check_expected",
+    "close_on_fork",
     "decode_cursor",
     "encode_cursor",
     "event_page",
     "fold_metadata",
+    "forget_on_fork",
     "last_boundary_sequence",
     "listing_key",
     "metadata_changes",

@@ -4,7 +4,10 @@ The lease of thread ``t`` is an exclusive ``flock(2)`` (``LOCK_EX | LOCK_NB``) o
 ``<directory>/t.lease``, taken on a descriptor of its own and held for the lease's life. A
 ``flock`` belongs to the open file, not to the process, so two leases taken in one process
 exclude each other as two processes do; and the kernel drops it when the holder's process
-dies, however it dies (``kill -9`` included), so a dead holder never blocks anyone.
+dies, however it dies (``kill -9`` included), so a dead holder never blocks anyone. A child
+the holder forks (a tool's background job) would share the lock through the inherited
+descriptor and keep it past the holder's death: the descriptor is close-on-exec and is
+replaced by ``/dev/null`` in forked children (:mod:`roder_api.storekit._fork_guard`).
 
 The holder writes its :class:`~roder_api.threads.LeaseHolder` as JSON into the locked file,
 and empties the file before it lets go; a refused caller reads it to name the holder in its
@@ -26,6 +29,7 @@ import orjson
 
 from roder_api._thread_contract import LeaseHolder, ThreadLease, validate_thread_id
 from roder_api.errors import StoreError, ThreadBusyError
+from roder_api.storekit._fork_guard import close_on_fork, forget_on_fork
 
 try:
     import fcntl
@@ -118,7 +122,8 @@ class FileLeases:
             raise StoreError("file leases need flock(2), which this platform lacks")
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            close_on_fork(fd)  # before the lock is taken: no fork can inherit it unguarded
         except OSError as exc:
             raise StoreError(
                 f"cannot take the lease of thread {thread_id!r}: {path} cannot be opened "
@@ -134,6 +139,7 @@ class FileLeases:
             os.ftruncate(fd, 0)
             os.pwrite(fd, data, 0)
         except BaseException:
+            forget_on_fork(fd)
             os.close(fd)
             raise
         return fd
@@ -145,4 +151,5 @@ class FileLeases:
         except OSError:
             pass  # closing below still releases the lease
         finally:
+            forget_on_fork(fd)
             os.close(fd)

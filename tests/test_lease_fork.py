@@ -1,0 +1,92 @@
+"""A lease is not inherited by a child its holder forked: after SIGKILL of the holder, while
+the forked child (a tool's background job, which inherited every descriptor) still runs,
+the thread is free — JSONL, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from roder_api import ExtensionRegistryBuilder
+from roder_api.testing import ScriptedEngine
+from roder_api.threads import ThreadStoreFactory
+from roder_runtime import Runtime
+
+from ._lease_child import factory
+from .conftest import REPO
+from .postgres_support import require_postgres, temporary_schema
+
+CHILD = Path(__file__).with_name("_fork_holder_child.py")
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["jsonl", "sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    if request.param == "jsonl":
+        yield "jsonl", str(tmp_path / "threads")
+    elif request.param == "sqlite":
+        yield "sqlite", str(tmp_path / "threads.sqlite3")
+    else:
+        dsn = require_postgres()
+        with temporary_schema("roder_fork") as schema:
+            yield "postgres", f"{dsn}#{schema}"
+
+
+def runtime_on(kind: str, where: str) -> Runtime:
+    builder = ExtensionRegistryBuilder()
+    builder.inference_engine(ScriptedEngine())
+    builder.thread_store_factory(factory(kind, where))
+    return Runtime(builder.build(), name="taker")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+async def test_a_forked_child_does_not_keep_the_lease_of_a_killed_holder(
+    store: tuple[str, str],
+) -> None:
+    kind, where = store
+    async with runtime_on(kind, where) as runtime:
+        thread_id = (await runtime.create_thread()).thread_id
+    holder = subprocess.Popen(
+        [sys.executable, str(CHILD), kind, where, thread_id],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    child_pid = 0
+    try:
+        assert holder.stdout is not None
+        line = holder.stdout.readline().split()
+        assert line[:1] == ["holding"], line
+        child_pid = int(line[2])
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=30)
+        assert alive(child_pid)  # the background job runs on, descriptors and all
+        async with runtime_on(kind, where) as runtime:
+            with anyio.fail_after(20):
+                async with runtime.start_session(thread_id) as session:
+                    assert session.lease is not None
+                    assert session.lease.holder.owner == "taker"
+        assert alive(child_pid)  # taken while the child still ran
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.wait(timeout=30)
+        if holder.stdout is not None:
+            holder.stdout.close()
+        if child_pid and alive(child_pid):
+            os.kill(child_pid, signal.SIGKILL)
