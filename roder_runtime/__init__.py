@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from roder_api import __version__ as _api_version
 from roder_runtime._compaction import CompactionResult
-from roder_runtime._journal import ReplayHistory
 from roder_runtime._config import (
     CompactionConfig,
     ReliabilityConfig,
@@ -17,6 +16,7 @@ from roder_runtime._config import (
     load_config,
     roder_home,
 )
+from roder_runtime._journal import ReplayHistory
 from roder_runtime._ops import Interrupt, Op, Steer, UserInput
 from roder_runtime._runtime import DEFAULT_ENGINE, Runtime
 from roder_runtime._session import Session

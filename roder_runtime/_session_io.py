@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 import anyio
 
 from roder_api.events import AssistantContentDelta, Event, JournalEvent
-from roder_api.transcript import TranscriptItem
 from roder_runtime._journal import ReplayHistory, ThreadJournal
 from roder_runtime._recorder import EventRecorder, event_size
 

@@ -22,6 +22,12 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _lease_child import factory, say  # noqa: E402
 
 
+def background_job() -> None:
+    """Run as the forked child: outlive the parent, touch nothing, never return."""
+    time.sleep(120)
+    os._exit(0)
+
+
 async def main(kind: str, where: str, thread_id: str) -> int:
     builder = ExtensionRegistryBuilder()
     builder.inference_engine(ScriptedEngine())
@@ -31,9 +37,8 @@ async def main(kind: str, where: str, thread_id: str) -> int:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
                 pid = os.fork()
-            if pid == 0:  # the background job: outlives its parent, touches nothing
-                time.sleep(120)
-                os._exit(0)
+            if pid == 0:
+                background_job()
             say(f"holding {os.getpid()} {pid}")
             await anyio.sleep_forever()
     return 0

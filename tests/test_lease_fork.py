@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,6 @@ import pytest
 
 from roder_api import ExtensionRegistryBuilder
 from roder_api.testing import ScriptedEngine
-from roder_api.threads import ThreadStoreFactory
 from roder_runtime import Runtime
 
 from ._lease_child import factory
@@ -61,32 +59,30 @@ async def test_a_forked_child_does_not_keep_the_lease_of_a_killed_holder(
     kind, where = store
     async with runtime_on(kind, where) as runtime:
         thread_id = (await runtime.create_thread()).thread_id
-    holder = subprocess.Popen(
-        [sys.executable, str(CHILD), kind, where, thread_id],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
     child_pid = 0
-    try:
-        assert holder.stdout is not None
-        line = holder.stdout.readline().split()
-        assert line[:1] == ["holding"], line
-        child_pid = int(line[2])
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.wait(timeout=30)
-        assert alive(child_pid)  # the background job runs on, descriptors and all
-        async with runtime_on(kind, where) as runtime:
-            with anyio.fail_after(20):
-                async with runtime.start_session(thread_id) as session:
-                    assert session.lease is not None
-                    assert session.lease.holder.owner == "taker"
-        assert alive(child_pid)  # taken while the child still ran
-    finally:
-        if holder.poll() is None:
-            holder.kill()
-        holder.wait(timeout=30)
-        if holder.stdout is not None:
-            holder.stdout.close()
-        if child_pid and alive(child_pid):
-            os.kill(child_pid, signal.SIGKILL)
+    async with await anyio.open_process(
+        [sys.executable, str(CHILD), kind, where, thread_id], cwd=REPO
+    ) as holder:
+        try:
+            assert holder.stdout is not None
+            output = b""
+            with anyio.fail_after(60):
+                while not output.endswith(b"\n"):
+                    output += await holder.stdout.receive()
+            line = output.decode().split()
+            assert line[:1] == ["holding"], line
+            child_pid = int(line[2])
+            os.kill(holder.pid, signal.SIGKILL)
+            await holder.wait()
+            assert alive(child_pid)  # the background job runs on, descriptors and all
+            async with runtime_on(kind, where) as runtime:
+                with anyio.fail_after(20):
+                    async with runtime.start_session(thread_id) as session:
+                        assert session.lease is not None
+                        assert session.lease.holder.owner == "taker"
+            assert alive(child_pid)  # taken while the child still ran
+        finally:
+            if holder.returncode is None:
+                holder.kill()
+            if child_pid and alive(child_pid):
+                os.kill(child_pid, signal.SIGKILL)

@@ -40,7 +40,6 @@ from roder_api.storekit._cursors import (
     thread_page,
 )
 from roder_api.storekit._file_leases import FileLeases
-from roder_api.storekit._fork_guard import close_on_fork, forget_on_fork
 from roder_api.storekit._fold import (
     fold_metadata,
     last_boundary_sequence,
@@ -48,6 +47,7 @@ from roder_api.storekit._fold import (
     replay_start,
     turns_from_events,
 )
+from roder_api.storekit._fork_guard import close_on_fork, forget_on_fork
 from roder_api.storekit._group_commit import GroupCommit
 from roder_api.storekit._relational import RelationalThreadStore
 from roder_api.storekit._repairable import CheckReport, RepairableThreadStore, RepairReport
