@@ -282,6 +282,21 @@ class SequenceConflictError(StoreError):
         return self.actual
 
 
+class LeaseLostError(StoreError):
+    """Raised when an append of a session's thread finds that the session lost its lease
+    (its connection to the database ended, or another session took the thread over);
+    nothing of the batch was written. The session stops: the thread is the new holder's.
+    """
+
+    def __init__(self, thread_id: str, detail: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            f"the lease of thread {thread_id!r} was lost ({detail}); this session stopped "
+            "writing to it — another session may have taken the thread over. Open the "
+            "thread again to go on"
+        )
+
+
 class UnserializableEventError(StoreError, TypeError):
     """Raised when an event cannot be serialised; nothing of its batch is stored."""
 
@@ -370,6 +385,7 @@ __all__ = [
     "ConfigError",
     "DuplicateRegistrationError",
     "InputTooLargeError",
+    "LeaseLostError",
     "InvalidThreadIdError",
     "MisconfiguredPluginError",
     "PluginError",

@@ -6,7 +6,15 @@ held. The database releases a session lock when its session ends, so a holder th
 SIGKILL, a lost machine — frees the lease without anyone cleaning up: at once when its
 connection closes, and within about 15 seconds when the machine vanishes (TCP keepalives
 and ``tcp_user_timeout`` are set on the lease's session). The holder writes who it is into
-``roder_leases`` so a refused caller can name it. A child the holder forks (a tool's
+``roder_leases`` so a refused caller can name it.
+
+A holder can lose its lease while it runs (the server restarts, ``pg_terminate_backend``,
+a network cut): the lock goes with the session. So every append of a thread whose lease
+this store holds is **fenced** in its own transaction (:meth:`AdvisoryLeases.fence`): the
+``roder_leases`` row must still name this holder, and the advisory lock must still be held
+by someone (a ``pg_try_advisory_xact_lock`` that succeeds means nobody holds it). Otherwise
+the append raises ``LeaseLostError`` and writes nothing: once another session took the
+thread over, or could have, nothing of the old holder lands. A child the holder forks (a tool's
 background job) would keep the session's socket, and so the lock, past the holder's death:
 the socket is replaced by ``/dev/null`` in forked children (``storekit.close_on_fork``).
 """
@@ -21,7 +29,7 @@ import anyio
 import anyio.to_thread
 import psycopg
 
-from roder_api.errors import StoreError, ThreadBusyError
+from roder_api.errors import LeaseLostError, StoreError, ThreadBusyError
 from roder_api.storekit import close_on_fork, forget_on_fork
 from roder_api.threads import LeaseHolder, ThreadLease
 
@@ -45,6 +53,8 @@ class AdvisoryLeases:
         self._connect = connect
         self.schema = schema
         self._limiter = limiter
+        self.held: dict[str, LeaseHolder] = {}
+        """The leases held through this object now, by thread: what appends are fenced by."""
 
     def lease(self, thread_id: str, *, owner: str) -> AbstractAsyncContextManager[ThreadLease]:
         """Return a context manager holding the thread's lease while it is entered."""
@@ -59,9 +69,11 @@ class AdvisoryLeases:
                 self._acquire, thread_id, holder, limiter=self._limiter
             )
         fd = conn.fileno()  # guarded since before the lock was taken
+        self.held[thread_id] = holder
         try:
             yield ThreadLease(thread_id, holder)
         finally:
+            self.held.pop(thread_id, None)
             forget_on_fork(fd)
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(
@@ -70,6 +82,28 @@ class AdvisoryLeases:
 
     def _key(self, thread_id: str) -> str:
         return f"roder-lease:{self.schema}:{thread_id}"
+
+    def fence(self, conn: psycopg.Connection[Any], thread_id: str) -> None:
+        """Raise ``LeaseLostError`` when this object held the thread's lease and lost it.
+
+        Runs in the append's transaction (``conn``), so the check and the write are one
+        step: the row must still name this holder (a new holder rewrote it) and the lock
+        must be held (by the lease's session: taking it here means it was free). A lock
+        taken here is a transaction lock, released when the transaction ends.
+        """
+        holder = self.held.get(thread_id)
+        if holder is None:
+            return  # not leased here: scripts and imports append without a lease
+        row = conn.execute(
+            "SELECT (SELECT pid = %s AND host = %s AND since_ms = %s FROM roder_leases"
+            " WHERE thread_id = %s), pg_try_advisory_xact_lock(hashtextextended(%s, 0))",
+            (holder.pid, holder.host, holder.since_ms, thread_id, self._key(thread_id)),
+        ).fetchone()
+        ours, free = (row[0], row[1]) if row is not None else (None, True)
+        if not ours:
+            raise LeaseLostError(thread_id, "another session holds it now")
+        if free:
+            raise LeaseLostError(thread_id, "its PostgreSQL session ended")
 
     def _acquire(self, thread_id: str, holder: LeaseHolder) -> psycopg.Connection[Any]:
         try:

@@ -172,6 +172,12 @@ class PostgresThreadStore(RelationalThreadStore):
             finally:
                 conn.isolation_level = None
 
+    def fence(self, conn: psycopg.Connection[Any], thread_id: str) -> None:
+        """Refuse (``LeaseLostError``) an append of a thread whose lease this store held and
+        lost; checked in the append's own transaction (see ``AdvisoryLeases.fence``)."""
+        if self._leases is not None:
+            self._leases.fence(conn, thread_id)
+
     def lease(self, thread_id: str, *, owner: str) -> AbstractAsyncContextManager[ThreadLease]:
         """Return the thread's lease: an advisory lock held by a connection of its own.
 

@@ -139,6 +139,15 @@ class RelationalThreadStore(BlockingThreadStore):
                 time.sleep(0.005 * attempt)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def fence(self, conn: SqlConnection, thread_id: str) -> None:
+        """Check, in an append's transaction, that this store may still write the thread.
+
+        Called before every append's own SQL (rows locked already). A store whose leases
+        can be lost while their holder runs (PostgreSQL: the lease's connection ends)
+        raises :class:`~roder_api.errors.LeaseLostError` here for a thread whose lease it
+        held and lost; the default checks nothing.
+        """
+
     def _append_group(self, items: list[_Append]) -> list[list[JournalEvent] | BaseException]:
         """Commit a group of appends in one transaction; a refused one fails alone."""
 
@@ -147,6 +156,7 @@ class RelationalThreadStore(BlockingThreadStore):
             outcomes: list[list[JournalEvent] | BaseException] = []
             for item in items:
                 try:
+                    self.fence(batch.conn, item.thread_id)
                     outcomes.append(
                         batch.append(item.thread_id, item.events, item.payloads, item.expected)
                     )
@@ -192,7 +202,13 @@ class RelationalThreadStore(BlockingThreadStore):
         expected_last_sequence: int | None,
     ) -> list[JournalEvent]:
         """Append one batch in a transaction of its own."""
-        return self.write(lambda b: b.append(thread_id, events, payloads, expected_last_sequence))
+
+        def work(batch: WriteBatch) -> list[JournalEvent]:
+            batch.lock([thread_id])
+            self.fence(batch.conn, thread_id)
+            return batch.append(thread_id, events, payloads, expected_last_sequence)
+
+        return self.write(work)
 
     def create_sync(self, metadata: ThreadMetadata) -> ThreadMetadata:
         """Create the thread's row."""
