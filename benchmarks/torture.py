@@ -28,7 +28,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _torture import crash, faults, hostile, load, tools  # noqa: E402 - after the path setup
+from _torture import crash, faults, hostile, leases, load, tools  # noqa: E402 - after the path
 from _torture.stats import KindStats, table  # noqa: E402
 from _torture.stores import (  # noqa: E402
     StoreSpec,
@@ -44,6 +44,8 @@ FULL = {
     "compact": 40,
     "inturn": 40,
     "tools": 300,
+    "lease_lost": 30,
+    "forked": 20,
     "faults": 12,
     "hostile": 1000,
     "load_s": 10.0,
@@ -55,6 +57,8 @@ QUICK = {
     "compact": 3,
     "inturn": 3,
     "tools": 6,
+    "lease_lost": 2,
+    "forked": 1,
     "faults": 1,
     "hostile": 60,
     "load_s": 2.0,
@@ -105,7 +109,9 @@ def crash_modes() -> list[str]:
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """Run every section; return the JSON report."""
     plan = QUICK if args.quick else FULL
-    sections = set(args.only.split(",")) if args.only else {"crash", "faults", "hostile", "load"}
+    sections = (
+        set(args.only.split(",")) if args.only else {"crash", "leases", "faults", "hostile", "load"}
+    )
     kinds: list[KindStats] = []
     specs = store_specs(workdir / "stores")
     ctx = crash.mp_context(args.start_method)
@@ -147,6 +153,27 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 int(plan["tools"]), workdir / "tools", seed=args.seed, max_delay=1.0
             )
         )
+    if "leases" in sections:
+        # A holder whose PostgreSQL lease connection is ended under it; a holder SIGKILLed
+        # while the background job it forked (holding every descriptor) runs on.
+        postgres = [spec for spec in specs if spec.backend == "postgres"]
+        for spec in postgres:
+            progress(
+                await leases.run_lease_lost_trials(
+                    spec, int(plan["lease_lost"]), workdir / "lease-lost", seed=args.seed
+                )
+            )
+        if not postgres:
+            progress(leases.skipped("lease lost / postgres", "PostgreSQL is not reachable"))
+        for number, spec in enumerate(leases.lease_specs(specs)):
+            progress(
+                await leases.run_forked_child_trials(
+                    spec,
+                    int(plan["forked"]),
+                    workdir / f"forked-{spec.name}",
+                    seed=args.seed * 100 + number,
+                )
+            )
     if "faults" in sections:
         for number, spec in enumerate(specs):
             if spec.backend != "jsonl":
@@ -210,7 +237,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "elapsed_s": round(elapsed, 1),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "kill_trials": sum(
-            k.trials for k in kinds if k.kind.split(" / ")[0] in (*crash.MODES, "tools")
+            k.trials
+            for k in kinds
+            if k.kind.split(" / ")[0] in (*crash.MODES, "tools", "forked child")
         ),
         "kinds": [k.to_json() for k in kinds],
         "load": [r.to_json() for r in load_results],
@@ -226,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a bounded run for CI")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
-    parser.add_argument("--only", help="comma list of sections: crash,faults,hostile,load")
+    parser.add_argument("--only", help="comma list of sections: crash,leases,faults,hostile,load")
     parser.add_argument("--sessions", type=int, default=100, help="concurrent load streams")
     parser.add_argument(
         "--start-method",
