@@ -327,7 +327,8 @@ class EventRecorder:
         """
         self._check_open()
         with anyio.CancelScope(shield=True):
-            return await self._append_now(events, expected_last_sequence)
+            entries = await self._append_now(events, expected_last_sequence)
+        return entries
 
     async def _append_now(
         self, events: Sequence[Event], expected_last_sequence: int | None
