@@ -103,9 +103,14 @@ def _acks(path: Path) -> list[tuple[int, str]]:
     return acked
 
 
-async def _take_over(runtime: Runtime, thread_id: str) -> tuple[int | None, float]:
+TAKER_TURN_DEADLINE_S = 20.0
+"""How long the taker's own turn may take (a dead holder's lock still held stalls it)."""
+
+
+async def _take_over(runtime: Runtime, thread_id: str) -> tuple[int | None, float, bool]:
     """Open a session on the thread as soon as it is free, let it close the dead turn and
-    run a turn; return the sequence of its first event (None: it never got the thread)."""
+    run a turn; return the sequence of its first event (None: it never got the thread),
+    the seconds it took, and whether its turn ended in time."""
     began = time.perf_counter()
     deadline = began + TAKEOVER_DEADLINE_S
     while True:
@@ -113,21 +118,21 @@ async def _take_over(runtime: Runtime, thread_id: str) -> tuple[int | None, floa
             session = await runtime.start_session(thread_id)
         except ThreadBusyError:
             if time.perf_counter() > deadline:
-                return None, time.perf_counter() - began
+                return None, time.perf_counter() - began, False
             await anyio.sleep(0.05)
             continue
         break
     first: int | None = None
+    ended = False
     async with session:
-        turn_id = await session.submit(UserInput("taken over"))
-        with anyio.fail_after(30):
-            while True:
+        with anyio.move_on_after(TAKER_TURN_DEADLINE_S):
+            turn_id = await session.submit(UserInput("taken over"))
+            while not ended:
                 entry = await session.next_event()
                 first = entry.sequence if first is None else first
                 event = entry.event
-                if isinstance(event, (TurnComplete, TurnAborted)) and event.turn_id == turn_id:
-                    break
-    return first, time.perf_counter() - began
+                ended = isinstance(event, (TurnComplete, TurnAborted)) and event.turn_id == turn_id
+    return first if ended else -1, time.perf_counter() - began, ended
 
 
 def _check(
@@ -215,10 +220,12 @@ async def run_lease_lost_trials(
                     thread_id,
                 )
                 stats.faults += int(ended)
-                taken_at, took = await _take_over(runtime, thread_id)
+                taken_at, took, ended = await _take_over(runtime, thread_id)
                 stats.recovery_ms.append(took * 1000)
                 if taken_at is None:
                     stats.problem(f"trial {number}: the thread stayed busy", corrupt=1)
+                elif not ended:
+                    stats.problem(f"trial {number}: the taker's turn stalled", corrupt=1)
                 out = await anyio.to_thread.run_sync(_finish, child, 15.0)
             finally:
                 if child.poll() is None:
@@ -232,7 +239,8 @@ async def run_lease_lost_trials(
                     f"trial {number}: the holder stopped without naming the lease: {out[-300:]!r}",
                     corrupt=1,
                 )
-            _check(stats, f"trial {number}", await _events(spec, thread_id), _acks(ack), taken_at)
+            taken = taken_at if ended else None
+            _check(stats, f"trial {number}", await _events(spec, thread_id), _acks(ack), taken)
     return stats
 
 
@@ -261,12 +269,19 @@ async def run_forked_child_trials(
                 child.kill()  # SIGKILL
                 await anyio.to_thread.run_sync(child.wait, 30)
                 stats.faults += int(job > 0 and _alive(job))
-                taken_at, took = await _take_over(runtime, thread_id)
+                taken_at, took, ended = await _take_over(runtime, thread_id)
                 stats.recovery_ms.append(took * 1000)
                 if taken_at is None:
                     stats.problem(
                         f"trial {number}: the lease outlived its SIGKILLed holder "
                         "(its forked child still held it)",
+                        corrupt=1,
+                    )
+                elif not ended:
+                    stats.problem(
+                        f"trial {number}: the taker could not write for "
+                        f"{TAKER_TURN_DEADLINE_S:g} s (a lock of the SIGKILLed holder was "
+                        "still held by its forked child)",
                         corrupt=1,
                     )
             finally:

@@ -25,7 +25,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from roder_api.errors import StoreError
-from roder_api.storekit import EventRow, RelationalThreadStore
+from roder_api.storekit import EventRow, RelationalThreadStore, close_on_fork
 from roder_api.threads import ThreadLease, ThreadStoreFactory, validate_thread_id
 from roder_postgres_thread_store._leases import LEASE_SESSION_OPTIONS, AdvisoryLeases
 
@@ -268,6 +268,16 @@ def check_schema(conn: psycopg.Connection[Any], schema: str) -> int:
     return found
 
 
+def _guard_connection(conn: psycopg.Connection[Any]) -> None:
+    """Keep a pooled connection's socket from forked children (``close_on_fork``).
+
+    A holder SIGKILLed in the middle of a write transaction leaves its row locks to its
+    session, which lives as long as any process holds the socket: a background job the
+    holder forked would block every writer of those threads until it exits.
+    """
+    close_on_fork(conn.fileno())
+
+
 def _redact(dsn: str) -> str:
     """Return ``dsn`` without its password, for messages."""
     try:
@@ -347,6 +357,7 @@ class PostgresThreadStoreFactory(ThreadStoreFactory):
             kwargs={"options": self._session_options(), "connect_timeout": timeout},
             timeout=self.connect_timeout_s * 3,
             name=f"roder-{self.schema}",
+            configure=_guard_connection,
             open=False,
         )
         try:
