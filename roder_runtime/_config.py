@@ -97,6 +97,8 @@ class RuntimeConfig:
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    server: dict[str, Any] = field(default_factory=dict)
+    """The raw ``[server]`` table, for ``roder serve`` (its plugin validates the keys)."""
     engines: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -107,6 +109,8 @@ class RuntimeConfig:
         settings[store_id] = {**settings.get(store_id, {}), **self.thread_store_settings}
         if self.mcp_servers:
             settings["mcp_servers"] = {k: dict(v) for k, v in self.mcp_servers.items()}
+        if self.server:
+            settings["server"] = dict(self.server)
         return settings
 
     def setting_source(self, settings_id: str, key: str | None) -> str | None:
@@ -284,6 +288,13 @@ class _Loader:
             elif key == "mcp_servers":
                 self.apply_mcp_servers(value, config)
                 continue
+            elif key == "server":
+                if not isinstance(value, Mapping):
+                    raise self.error("expected a table", None, "server")
+                config.server = dict(value)
+                for name in value:
+                    config.sources[f"server.{name}"] = self.where("server", name)
+                continue
             else:
                 raise self.error("unknown key", None, key)
             config.sources[key] = self.where(None, key)
@@ -394,7 +405,7 @@ def load_config(
     env = os.environ if environ is None else environ
     config = RuntimeConfig()
     for f in fields(config):
-        if f.name not in ("sources", "engines", "thread_store_settings", "mcp_servers"):
+        if f.name not in ("sources", "engines", "thread_store_settings", "mcp_servers", "server"):
             config.sources[f.name] = "default"
     data: Mapping[str, Any]
     if path_or_mapping is None or isinstance(path_or_mapping, (str, os.PathLike)):

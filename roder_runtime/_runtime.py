@@ -295,6 +295,7 @@ class Runtime:
         model: str | None = None,
         owner: str | None = None,
         tools: Sequence[str] | None = None,
+        follow_journal: bool = False,
     ) -> SessionStart[Session]:
         """Return a running session on a thread (``engine``: an engine id, default the default).
 
@@ -311,8 +312,16 @@ class Runtime:
         ``tools`` chooses the tools the turns offer: None, every registered tool that
         ``[tools] enabled`` allows (all when it is unset); a list of names, exactly those
         (each must be registered: ``UnknownToolError``), whatever ``enabled`` says.
+
+        ``follow_journal=True`` makes the session answer input that other processes
+        journal on the thread without the lease (``InputAccepted``) and take the approval
+        decisions they journal (``roder serve`` with several workers).
         """
-        return SessionStart(self._open_session(thread_id, engine, model, owner or self.name, tools))
+        return SessionStart(
+            self._open_session(
+                thread_id, engine, model, owner or self.name, tools, follow_journal=follow_journal
+            )
+        )
 
     def offered_tools(self, names: Sequence[str] | None = None) -> dict[str, Tool]:
         """Return the tools a session offers for ``names`` (see ``start_session``)."""
@@ -333,6 +342,8 @@ class Runtime:
         owner: str,
         tools: Sequence[str] | None = None,
         approvals: bool = True,
+        *,
+        follow_journal: bool = False,
     ) -> Session:
         offered = self.offered_tools(tools)
         chosen = self.engine(engine)
@@ -346,6 +357,7 @@ class Runtime:
             model=model_id,
             lease=journal.store.lease(thread_id, owner=owner),
             on_close=self._sessions.discard,
+            follow_journal=follow_journal,
             tools=SessionTools(
                 offered,
                 self.config.tools,

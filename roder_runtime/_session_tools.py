@@ -46,6 +46,10 @@ class SessionTools:
         if waiting is not None:
             waiting.set()
 
+    def waiting_for(self, call_id: str) -> bool:
+        """Return True when a call with ``call_id`` waits for its decision."""
+        return call_id in self._awaiting
+
     async def _decide(self, request: ToolApprovalRequested) -> ApproveToolCall:
         call_id = request.call_id
         while call_id not in self._decisions:

@@ -27,6 +27,7 @@ from roder_runtime._cli import (
     _fsck,
     _migrate,
     _models,
+    _plugin_commands,
     _plugins,
     _replay,
     _threads,
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(subparsers)
+    _plugin_commands.register(subparsers, set(subparsers.choices))
     return parser
 
 

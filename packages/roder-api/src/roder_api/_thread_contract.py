@@ -365,6 +365,31 @@ class ThreadStore(ABC):
         finally:
             _PROCESS_LEASES.release(id(self), thread_id)
 
+    wait_poll_s: ClassVar[tuple[float, float]] = (0.02, 0.25)
+    """The first and the longest pause of the default :meth:`wait_for_events` poll."""
+
+    async def wait_for_events(self, thread_id: str, after_sequence: int, timeout_s: float) -> int:
+        """Return the thread's last sequence once it is above ``after_sequence``, or after
+        ``timeout_s`` seconds (then it may be ``after_sequence`` or less).
+
+        What a server's streams and a lease holder's session wait on. Raise
+        ``ThreadNotFoundError`` when the thread does not exist (or is deleted meanwhile).
+        The default polls the metadata's ``last_sequence`` with a pause that grows from
+        :attr:`wait_poll_s` ``[0]`` to ``[1]`` (cheap when idle); a store that can be
+        woken (PostgreSQL ``LISTEN/NOTIFY``) overrides it.
+        """
+        import anyio  # the contract module imports no async library at module level
+
+        deadline = anyio.current_time() + max(0.0, timeout_s)
+        pause, longest = self.wait_poll_s
+        while True:
+            last = (await self.get_thread(thread_id)).last_sequence
+            left = deadline - anyio.current_time()
+            if last > after_sequence or left <= 0:
+                return last
+            await anyio.sleep(min(pause, left))
+            pause = min(pause * 2, longest)
+
     async def thread_size_bytes(self, thread_id: str) -> int | None:
         """Return the bytes a thread occupies in the store, or None when the store cannot tell.
 

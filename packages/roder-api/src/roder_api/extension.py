@@ -30,6 +30,7 @@ from roder_api._plugin_loading import (
     load_with_deadline,
     plugin_names_from_env,
 )
+from roder_api.commands import Command
 from roder_api.errors import (
     DuplicateRegistrationError,
     MisconfiguredPluginError,
@@ -90,6 +91,8 @@ class ExtensionRegistry:
     tool_conflicts: Mapping[str, DuplicateRegistrationError] = field(default_factory=dict)
     misconfigured: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     """Ids an installed plugin could not set up from their settings: id -> (plugin, reason)."""
+    commands: Mapping[str, Command] = field(default_factory=dict)
+    """The ``roder`` sub-commands plugins registered (hook ``register_commands``), by name."""
 
     def inference_engine(self, engine_id: str) -> InferenceEngine:
         """Return the engine registered as ``engine_id``.
@@ -170,6 +173,7 @@ class ExtensionRegistryBuilder:
         self._factories: dict[str, ThreadStoreFactory] = {}
         self._tools: dict[str, Tool] = {}
         self._tool_conflicts: dict[str, DuplicateRegistrationError] = {}
+        self._commands: dict[str, Command] = {}
         self._sources: dict[str, str] = {}
         self._plugins: list[PluginInfo] = []
 
@@ -204,6 +208,15 @@ class ExtensionRegistryBuilder:
             raise error
         self._tools[name] = tool
         self._sources[key] = source
+        return self
+
+    def command(
+        self, command: Command, *, source: str = "a direct registration"
+    ) -> ExtensionRegistryBuilder:
+        """Register a ``roder`` sub-command; raise ``DuplicateRegistrationError`` if taken."""
+        if not isinstance(command, Command):
+            raise TypeError(f"expected a roder_api.commands.Command, got {command!r}")
+        self._add("command", self._commands, command.name, command, source)
         return self
 
     def _add(self, kind: str, table: dict[str, Any], id: str, obj: object, source: str) -> None:
@@ -285,6 +298,7 @@ class ExtensionRegistryBuilder:
         engines: list[InferenceEngine] = []
         factories: list[ThreadStoreFactory] = []
         tools: list[Tool] = []
+        commands: list[Command] = []
         source = f"plugin {name!r}"
         misconfigured: dict[str, str] = {}
 
@@ -302,6 +316,7 @@ class ExtensionRegistryBuilder:
                 report,
             )
             self._call(pm, "register_tools", _collector(tools, Tool))
+            pm.hook.register_commands(register=_collector(commands, Command))
             # Check every id before committing any, so a plugin registers all or nothing.
             pending: set[str] = set()
             for engine in engines:
@@ -319,6 +334,12 @@ class ExtensionRegistryBuilder:
                     raise DuplicateRegistrationError(
                         "thread store", _factory_id(factory), first, source
                     )
+                pending.add(key)
+            for command in commands:
+                key = f"command:{command.name}"
+                if key in self._sources or key in pending:
+                    first = self._sources.get(key, source)
+                    raise DuplicateRegistrationError("command", command.name, first, source)
                 pending.add(key)
             for tool in tools:
                 key = f"tool:{_tool_name(tool)}"
@@ -348,6 +369,8 @@ class ExtensionRegistryBuilder:
             self.inference_engine(engine, source=source)
         for factory in factories:
             self.thread_store_factory(factory, source=source)
+        for command in commands:
+            self.command(command, source=source)
         for tool in tools:
             # A name another plugin has: neither is used; ExtensionRegistry.tool_conflicts
             # reports it (by both sources) and `roder plugins` shows it.
@@ -403,6 +426,7 @@ class ExtensionRegistryBuilder:
             sources=MappingProxyType(dict(self._sources)),
             tools=MappingProxyType(dict(self._tools)),
             tool_conflicts=MappingProxyType(dict(self._tool_conflicts)),
+            commands=MappingProxyType(dict(self._commands)),
             misconfigured=MappingProxyType(dict(self._misconfigured)),
         )
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from roder_api._markers import hookspec
+from roder_api.commands import Command
 from roder_api.inference import InferenceEngine
 from roder_api.threads import ThreadStoreFactory
 from roder_api.tools import Tool
@@ -61,4 +62,15 @@ def register_tools(
     are unique across plugins: two registrations of one name are an error naming both, and
     neither is used. ``settings`` is the same mapping the other hooks get; the
     ``mcp_servers`` entry maps MCP server names to their ``[mcp_servers.<name>]`` tables.
+    """
+
+
+@hookspec
+def register_commands(register: Callable[[Command], None]) -> None:
+    """Register ``roder`` sub-commands by calling ``register(command)`` once per command.
+
+    Called once when the extension registry is built. A
+    :class:`roder_api.commands.Command` names the sub-command, adds its arguments and is
+    run with a :class:`roder_api.commands.CommandContext`. A name taken by a built-in
+    command or another plugin is an error naming both.
     """

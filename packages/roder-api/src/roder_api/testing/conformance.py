@@ -38,12 +38,14 @@ from roder_api.testing._store_checks_conditional import ConditionalAppendChecks
 from roder_api.testing._store_checks_journal import JournalChecks
 from roder_api.testing._store_checks_processes import ProcessChecks
 from roder_api.testing._store_checks_threads import ThreadChecks
+from roder_api.testing._store_checks_wait import WaitChecks
 
 
 class ThreadStoreConformance(
     JournalChecks,
     ThreadChecks,
     ConditionalAppendChecks,
+    WaitChecks,
     ProcessChecks,
     ThreadStoreValueConformance,
 ):
