@@ -1,0 +1,304 @@
+"""Runs: the sessions this process holds, and how a run is submitted, interrupted, approved.
+
+Each thread's turns run in the process that holds its lease. :class:`Dispatcher` opens a
+session (``follow_journal=True``) on a thread when a run arrives, in a task of its own
+(a session is opened and closed in one task), and closes it once idle. When another
+process holds the lease, the input is journaled as ``InputAccepted`` without it (appends
+never need the lease): the holder's session follows its journal and answers it. Either way
+the run is accepted only once its input is journaled, and no client's disconnect cancels
+it (the sessions belong to the dispatcher, not to a request).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from roder_api.codec import to_dict
+from roder_api.errors import BusyError, StoppedError, ThreadBusyError
+from roder_api.events import (
+    InputAccepted,
+    JournalEvent,
+    ToolApprovalDecided,
+    ToolApprovalRequested,
+    TurnAborted,
+    TurnComplete,
+    TurnStarted,
+    UsageUpdated,
+)
+from roder_api.inference import TokenUsage
+from roder_api.threads import ThreadStore
+from roder_server._problems import Problem
+from roder_server._protocol import ServerRuntime, ServerSession
+
+MULTITASK = ("enqueue", "reject", "interrupt", "steer")
+"""What ``multitask`` may say when a turn is running."""
+
+_IDLE_S = 2.0
+"""How long a session stays open with nothing to do (it holds the thread's lease)."""
+
+
+@dataclass(slots=True)
+class _Held:
+    engine: str | None
+    model: str | None
+    tools: tuple[str, ...] | None
+    ready: anyio.Event = field(default_factory=anyio.Event)
+    session: ServerSession | None = None
+    error: BaseException | None = None
+    closing: bool = False
+    in_flight: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunStatus:
+    """A run's state folded from the journal (``status`` is queued, running, completed or
+    aborted; ``reason`` of an abort; ``usage`` billed to the turn)."""
+
+    thread_id: str
+    turn_id: str
+    status: str
+    reason: str | None
+    usage: TokenUsage
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON of ``GET .../runs/{turn_id}``."""
+        body: dict[str, Any] = {
+            "thread_id": self.thread_id,
+            "turn_id": self.turn_id,
+            "status": self.status,
+            "usage": to_dict(self.usage),
+        }
+        if self.reason is not None:
+            body["reason"] = self.reason
+        return body
+
+
+def fold_runs(thread_id: str, entries: Sequence[JournalEvent]) -> dict[str, RunStatus]:
+    """Return every run (turn) of a journal by turn id, in journal order."""
+    runs: dict[str, list[Any]] = {}
+    for entry in entries:
+        event = entry.event
+        turn_id = getattr(event, "turn_id", None)
+        if turn_id is None:
+            continue
+        if isinstance(event, InputAccepted) and not event.steer:
+            runs.setdefault(turn_id, ["queued", None, TokenUsage()])
+        elif isinstance(event, TurnStarted):
+            runs.setdefault(turn_id, ["running", None, TokenUsage()])[0] = "running"
+        elif isinstance(event, TurnComplete) and turn_id in runs:
+            runs[turn_id][0] = "completed"
+        elif isinstance(event, TurnAborted) and turn_id in runs:
+            runs[turn_id][0:2] = ["aborted", event.reason]
+        elif isinstance(event, UsageUpdated) and turn_id in runs:
+            runs[turn_id][2] = runs[turn_id][2] + event.usage
+    return {t: RunStatus(thread_id, t, s, r, u) for t, (s, r, u) in runs.items()}
+
+
+def pending_approvals(entries: Sequence[JournalEvent]) -> tuple[set[str], set[str]]:
+    """Return the call ids asked for approval and those decided, from a journal."""
+    asked = {e.event.call_id for e in entries if isinstance(e.event, ToolApprovalRequested)}
+    decided = {e.event.call_id for e in entries if isinstance(e.event, ToolApprovalDecided)}
+    return asked, decided
+
+
+class Dispatcher:
+    """The sessions of this process, one per thread whose lease it holds.
+
+    Start it with ``await task_group.start(dispatcher.run)`` (the app's lifespan does);
+    cancelling that task group closes every session, each turn ending by the session's
+    close rules (accepted input that was not answered stays journaled for the next holder).
+    """
+
+    def __init__(self, runtime: ServerRuntime, *, owner: str) -> None:
+        self.runtime = runtime
+        self.owner = owner
+        self._held: dict[str, _Held] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Own the sessions' tasks until cancelled."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            await anyio.sleep_forever()
+
+    async def store(self) -> ThreadStore:
+        """Return the runtime's open store."""
+        return await self.runtime.store()
+
+    # --- submitting -------------------------------------------------------------------
+
+    async def submit(
+        self,
+        thread_id: str,
+        text: str,
+        *,
+        turn_id: str | None = None,
+        multitask: str = "enqueue",
+        engine: str | None = None,
+        model: str | None = None,
+        tools: Sequence[str] | None = None,
+    ) -> tuple[str, str]:
+        """Accept a run; return ``(turn_id, status)`` once its input is journaled.
+
+        Raise :class:`Problem` 409 for ``reject`` while a turn runs, 413 over
+        ``max_input_bytes``, 429 when the thread's queue is full.
+        """
+        size = len(text.encode("utf-8"))
+        limit = self.runtime.config.max_input_bytes
+        if size > limit:
+            raise Problem(
+                413,
+                f"the input is {size} bytes; the limit is {limit} (max_input_bytes)",
+                error="InputTooLargeError",
+            )
+        turn_id = turn_id or f"turn-{uuid.uuid4().hex}"
+        chosen = tuple(tools) if tools is not None else None
+        for _ in range(3):
+            held = await self._hold(thread_id, engine, model, chosen)
+            session = held.session
+            if session is None:
+                return await self._journal_input(thread_id, text, turn_id, multitask)
+            held.in_flight += 1
+            try:
+                return await self._submit_here(session, text, turn_id, multitask)
+            except StoppedError:
+                continue  # it closed meanwhile: open another
+            except BusyError as exc:
+                raise Problem(
+                    429, str(exc), error=type(exc).__name__, headers={"Retry-After": "1"}
+                ) from None
+            finally:
+                held.in_flight -= 1
+        raise Problem(503, "the thread's session kept closing", headers={"Retry-After": "1"})
+
+    async def _submit_here(
+        self, session: ServerSession, text: str, turn_id: str, multitask: str
+    ) -> tuple[str, str]:
+        running = session.running_turn_id
+        if running is not None:
+            if multitask == "reject":
+                raise Problem(
+                    409,
+                    f"turn {running!r} is running (multitask=reject)",
+                    error="ThreadBusyError",
+                    running_turn_id=running,
+                )
+            if multitask == "steer":
+                return await session.submit_input(text, steer=True), "running"
+            if multitask == "interrupt":
+                session.interrupt(running)
+        busy = running is not None or not session.idle
+        accepted = await session.submit_input(text, turn_id=turn_id)
+        return accepted, "queued" if busy else "running"
+
+    async def _journal_input(
+        self, thread_id: str, text: str, turn_id: str, multitask: str
+    ) -> tuple[str, str]:
+        # Another process holds the lease: journal the input; its session answers it.
+        store = await self.store()
+        if multitask == "reject":
+            runs = fold_runs(thread_id, await store.read_events(thread_id))
+            running = [r.turn_id for r in runs.values() if r.status in ("running", "queued")]
+            if running:
+                raise Problem(
+                    409,
+                    f"turn {running[0]!r} is running (multitask=reject)",
+                    error="ThreadBusyError",
+                    running_turn_id=running[0],
+                )
+        await store.append_events(thread_id, [InputAccepted(turn_id, text)])
+        return turn_id, "queued"
+
+    # --- interrupting, approving ----------------------------------------------------------
+
+    def local_session(self, thread_id: str) -> ServerSession | None:
+        """Return this process's session on the thread, or None."""
+        held = self._held.get(thread_id)
+        return held.session if held is not None and not held.closing else None
+
+    async def interrupt(self, thread_id: str, turn_id: str) -> bool:
+        """Interrupt a turn; return False when another process holds the thread."""
+        held = await self._hold(thread_id, None, None, None)
+        if held.session is None:
+            return False
+        held.session.interrupt(turn_id)
+        return True
+
+    async def approve(
+        self, thread_id: str, call_id: str, approved: bool, reason: str | None
+    ) -> None:
+        """Answer a pending approval: through this process's session, else by journaling the
+        decision (the holder's session, or the next one after a restart, takes it)."""
+        held = await self._hold(thread_id, None, None, None)
+        if held.session is not None:
+            held.session.decide_tool_call(call_id, approved, reason)
+            return
+        store = await self.store()
+        entries = await store.read_events(thread_id)
+        request = next(
+            e.event
+            for e in entries
+            if isinstance(e.event, ToolApprovalRequested) and e.event.call_id == call_id
+        )
+        await store.append_events(
+            thread_id, [ToolApprovalDecided(request.turn_id, call_id, approved, reason)]
+        )
+
+    # --- holding sessions -----------------------------------------------------------------
+
+    async def _hold(
+        self,
+        thread_id: str,
+        engine: str | None,
+        model: str | None,
+        tools: tuple[str, ...] | None,
+    ) -> _Held:
+        held = self._held.get(thread_id)
+        if held is not None and not held.closing:
+            await held.ready.wait()
+            if held.session is not None or held.error is not None:
+                return self._checked(held)
+        held = _Held(engine, model, tools)
+        self._held[thread_id] = held
+        assert self._tg is not None, "the dispatcher is not running"
+        self._tg.start_soon(self._keep, thread_id, held)
+        await held.ready.wait()
+        return self._checked(held)
+
+    def _checked(self, held: _Held) -> _Held:
+        if held.error is not None and not isinstance(held.error, ThreadBusyError):
+            raise held.error
+        return held
+
+    async def _keep(self, thread_id: str, held: _Held) -> None:
+        try:
+            async with self.runtime.start_session(
+                thread_id,
+                engine=held.engine,
+                model=held.model,
+                owner=self.owner,
+                tools=held.tools,
+                follow_journal=True,
+            ) as session:
+                held.session = session
+                held.ready.set()
+                quiet = 0.0
+                while quiet < _IDLE_S:
+                    await anyio.sleep(0.25)
+                    busy = held.in_flight or not session.idle
+                    quiet = 0.0 if busy else quiet + 0.25
+                held.closing = True
+        except Exception as exc:  # noqa: BLE001 - handed to the request that asked
+            held.error = exc
+        finally:
+            held.closing = True
+            held.ready.set()
+            if self._held.get(thread_id) is held:
+                del self._held[thread_id]
