@@ -94,9 +94,10 @@ async def run(args: argparse.Namespace, context: CommandContext) -> int:
     sock.listen(2048)
     port = sock.getsockname()[1]
     shown = f"[{settings.host}]" if family == socket.AF_INET6 else settings.host
-    print(f"roder serve: listening on http://{shown}:{port}", file=sys.stderr, flush=True)
+    line = f"roder serve: listening on http://{shown}:{port}"
     if settings.workers == 1:
-        return await _serve(sock, settings, tokens, context)
+        return await _serve(sock, settings, tokens, context, announce=line)
+    print(line, file=sys.stderr, flush=True)
     return await _supervise(sock, settings, context)
 
 
@@ -105,6 +106,8 @@ async def _serve(
     settings: ServerSettings,
     tokens: Mapping[str, str],
     context: CommandContext,
+    *,
+    announce: str | None = None,
 ) -> int:
     import uvicorn
 
@@ -118,7 +121,14 @@ async def _serve(
             timeout_graceful_shutdown=5,
         )
         server = uvicorn.Server(config)
-        await server.serve(sockets=[sock])
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve, [sock])
+            if announce is not None:
+                # Said once the app is up (its lifespan ran), so that a client that reads
+                # the line finds the server answering.
+                while not server.started and not server.should_exit:
+                    await anyio.sleep(0.01)
+                print(announce, file=sys.stderr, flush=True)
     return 0
 
 

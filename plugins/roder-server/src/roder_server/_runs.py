@@ -11,6 +11,7 @@ it (the sessions belong to the dispatcher, not to a request).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ import anyio
 import anyio.abc
 
 from roder_api.codec import to_dict
-from roder_api.errors import BusyError, StoppedError, ThreadBusyError
+from roder_api.errors import BusyError, RoderError, StoppedError, ThreadBusyError
 from roder_api.events import (
     InputAccepted,
     JournalEvent,
@@ -289,12 +290,17 @@ class Dispatcher:
             ) as session:
                 held.session = session
                 held.ready.set()
-                quiet = 0.0
-                while quiet < _IDLE_S:
-                    await anyio.sleep(0.25)
-                    busy = held.in_flight or not session.idle
-                    quiet = 0.0 if busy else quiet + 0.25
-                held.closing = True
+                async with anyio.create_task_group() as tg:
+                    # Streams read the journal; the session's own delivery is drained so
+                    # that its recorder never waits for a consumer (backpressure).
+                    tg.start_soon(_drain, session)
+                    quiet = 0.0
+                    while quiet < _IDLE_S:
+                        await anyio.sleep(0.25)
+                        busy = held.in_flight or not session.idle
+                        quiet = 0.0 if busy else quiet + 0.25
+                    held.closing = True
+                    tg.cancel_scope.cancel()
         except Exception as exc:  # noqa: BLE001 - handed to the request that asked
             held.error = exc
         finally:
@@ -302,3 +308,9 @@ class Dispatcher:
             held.ready.set()
             if self._held.get(thread_id) is held:
                 del self._held[thread_id]
+
+
+async def _drain(session: ServerSession) -> None:
+    with contextlib.suppress(RoderError):  # stopped or failed: the session reports it
+        while True:
+            await session.next_event()
