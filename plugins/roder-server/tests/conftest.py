@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
 from serve_support import DEFAULT_TEST_DSN, Server, drop_schemas, store_table
 
 STORES = ["jsonl", "sqlite", "postgres"]

@@ -160,7 +160,9 @@ def read_sse(response: httpx.Response) -> Iterator[dict[str, Any]]:
             message[field] = value[1:] if value.startswith(" ") else value
 
 
-def wait_run(client: httpx.Client, thread_id: str, turn_id: str, timeout_s: float = 60) -> dict[str, Any]:
+def wait_run(
+    client: httpx.Client, thread_id: str, turn_id: str, timeout_s: float = 60
+) -> dict[str, Any]:
     """Wait until a run is completed or aborted; return its status JSON."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -6,7 +6,6 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-
 from serve_support import Server, journal, read_sse, wait_run
 
 pytestmark = pytest.mark.slow

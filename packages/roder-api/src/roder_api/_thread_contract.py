@@ -35,8 +35,12 @@ from roder_api.errors import (
 )
 from roder_api.events import (
     Event,
+    InputAccepted,
     ItemCompleted,
     JournalEvent,
+    TurnAborted,
+    TurnComplete,
+    TurnStarted,
     is_boundary_event,
 )
 from roder_api.inference import TokenUsage
@@ -59,6 +63,19 @@ def replay_start(entries: Sequence[JournalEvent]) -> int:
         if is_boundary_event(entries[index].event):
             return index
     return 0
+
+
+def open_turns(entries: Iterable[JournalEvent]) -> set[str]:
+    """Return the turn ids of ``entries`` accepted or started and not ended there."""
+    pending: set[str] = set()
+    for entry in entries:
+        event = entry.event
+        if isinstance(event, (TurnStarted, InputAccepted)):
+            if not (isinstance(event, InputAccepted) and event.steer):
+                pending.add(event.turn_id)
+        elif isinstance(event, (TurnComplete, TurnAborted)):
+            pending.discard(event.turn_id)
+    return pending
 
 
 def _usage(value: Any) -> TokenUsage:
@@ -389,6 +406,47 @@ class ThreadStore(ABC):
                 return last
             await anyio.sleep(min(pause, left))
             pause = min(pause * 2, longest)
+
+    pending_tail: ClassVar[int] = 64
+    """How many of a thread's newest events the default :meth:`threads_with_pending_input`
+    reads."""
+
+    async def threads_with_pending_input(
+        self, *, updated_after_ms: int = 0, limit: int = 100
+    ) -> list[str]:
+        """Return the ids of threads (updated at or after ``updated_after_ms``, newest first,
+        at most ``limit``) whose journal may hold input accepted and not yet answered, or a
+        turn left open: what a server opens a session on after a restart, so that the
+        session answers the input (or closes the turn by the crash rules).
+
+        The default walks the listing (metadata only) down to ``updated_after_ms`` and
+        reads the newest :attr:`pending_tail` events of each thread: a store that keeps a
+        pending-input marker answers it with one query instead. False positives are
+        harmless (the session finds nothing to do); a thread it misses is answered on its
+        next use.
+        """
+        found: list[str] = []
+        cursor: str | None = None
+        while len(found) < limit:
+            page = await self.list_threads(cursor=cursor, limit=100)
+            for metadata in page.threads:
+                if metadata.updated_at_ms < updated_after_ms:
+                    return found
+                if metadata.last_sequence and await self._tail_pending(metadata.thread_id):
+                    found.append(metadata.thread_id)
+                    if len(found) >= limit:
+                        return found
+            if page.next_cursor is None:
+                return found
+            cursor = page.next_cursor
+        return found
+
+    async def _tail_pending(self, thread_id: str) -> bool:
+        try:
+            page = await self.event_page(thread_id, limit=self.pending_tail)
+        except ThreadNotFoundError:
+            return False
+        return bool(open_turns(page.events))
 
     async def thread_size_bytes(self, thread_id: str) -> int | None:
         """Return the bytes a thread occupies in the store, or None when the store cannot tell.

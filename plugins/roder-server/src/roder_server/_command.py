@@ -126,7 +126,7 @@ async def _serve(
             if announce is not None:
                 # Said once the app is up (its lifespan ran), so that a client that reads
                 # the line finds the server answering.
-                while not server.started and not server.should_exit:
+                while not server.started and not server.should_exit:  # noqa: ASYNC110 - uvicorn has no event for it
                     await anyio.sleep(0.01)
                 print(announce, file=sys.stderr, flush=True)
     return 0

@@ -12,6 +12,7 @@ it (the sessions belong to the dispatcher, not to a request).
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,11 @@ from roder_server._protocol import ServerRuntime, ServerSession
 
 MULTITASK = ("enqueue", "reject", "interrupt", "steer")
 """What ``multitask`` may say when a turn is running."""
+
+_SWEEP_S = 5.0
+"""How often the threads with unanswered input are looked for (beside at start)."""
+_RECENT_MS = 10 * 60 * 1000
+"""What a periodic sweep looks at: threads updated this recently (at start: all)."""
 
 _IDLE_S = 2.0
 """How long a session stays open with nothing to do (it holds the thread's lease)."""
@@ -123,11 +129,28 @@ class Dispatcher:
         self._tg: anyio.abc.TaskGroup | None = None
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-        """Own the sessions' tasks until cancelled."""
+        """Own the sessions' tasks until cancelled; pick up threads nobody answers."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
             task_status.started()
-            await anyio.sleep_forever()
+            await self._pick_up(since_ms=0)
+            while True:
+                await anyio.sleep(_SWEEP_S)
+                await self._pick_up(since_ms=int(time.time() * 1000) - _RECENT_MS)
+
+    async def _pick_up(self, *, since_ms: int) -> None:
+        """Open a session on each thread with accepted input nobody answers (a store
+        query): its start answers the input, or closes a dead turn by the crash rules."""
+        try:
+            store = await self.store()
+            with anyio.fail_after(60):
+                found = await store.threads_with_pending_input(updated_after_ms=since_ms)
+        except Exception:  # noqa: BLE001 - tried again at the next sweep
+            return
+        for thread_id in found:
+            if thread_id not in self._held:
+                with contextlib.suppress(Exception):
+                    await self._hold(thread_id, None, None, None)
 
     async def store(self) -> ThreadStore:
         """Return the runtime's open store."""
