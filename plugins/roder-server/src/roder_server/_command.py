@@ -207,6 +207,8 @@ async def _supervise(sock: socket.socket, settings: ServerSettings, context: Com
 
 def _roder_command() -> list[str]:
     # The workers are the same `roder` command (it hands them the CommandContext).
+    if sys.argv and os.path.basename(sys.argv[0]) == "roder" and os.path.isfile(sys.argv[0]):
+        return [sys.argv[0]]
     found = shutil.which("roder")
     if found is None:
         raise RuntimeError("the roder command is not on PATH; --workers needs it")
