@@ -142,3 +142,27 @@ def test_body_and_input_limits(serve: Callable[..., Server]) -> None:
         _problem(c.post(f"/v1/threads/{tid}/runs", json={"input": "x" * 101}), 413)
         _problem(c.post(f"/v1/threads/{tid}/runs", json={"input": "x" * 3000}), 413)
         assert journal(c, tid) == []
+
+
+def test_stream_and_queue_limits(serve: Callable[..., Server]) -> None:
+    server = serve(
+        top="submission_queue_capacity = 1\n",
+        extra_config="[server]\nmax_streams = 1\nheartbeat_s = 0.2\n",
+    )
+    long_text = " ".join(f"w{i}" for i in range(200))
+    with server.client() as c:
+        tid = c.post("/v1/threads", json={}).json()["thread_id"]
+        with c.stream("GET", f"/v1/threads/{tid}/stream") as first:
+            lines = first.iter_lines()
+            assert next(lines).startswith("retry:")
+            assert next(line for line in lines if line.startswith(":")) == ": keepalive"
+            over = c.get(f"/v1/threads/{tid}/stream")
+            _problem(over, 503)
+            assert over.headers["retry-after"]
+        c.post(f"/v1/threads/{tid}/runs", json={"input": long_text})
+        statuses = [
+            c.post(f"/v1/threads/{tid}/runs", json={"input": "more"}) for _ in range(3)
+        ]
+        full = [r for r in statuses if r.status_code == 429]
+        assert full, [r.text for r in statuses]
+        assert full[0].headers["retry-after"]
