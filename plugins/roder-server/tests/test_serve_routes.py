@@ -160,9 +160,7 @@ def test_stream_and_queue_limits(serve: Callable[..., Server]) -> None:
             _problem(over, 503)
             assert over.headers["retry-after"]
         c.post(f"/v1/threads/{tid}/runs", json={"input": long_text})
-        statuses = [
-            c.post(f"/v1/threads/{tid}/runs", json={"input": "more"}) for _ in range(3)
-        ]
+        statuses = [c.post(f"/v1/threads/{tid}/runs", json={"input": "more"}) for _ in range(3)]
         full = [r for r in statuses if r.status_code == 429]
         assert full, [r.text for r in statuses]
         assert full[0].headers["retry-after"]

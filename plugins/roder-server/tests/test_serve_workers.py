@@ -40,9 +40,7 @@ def _runs_on_many_processes(urls: list[str]) -> None:
         # Every process takes runs for every thread: most find the lease held elsewhere.
         for index, thread_id in enumerate(threads):
             with httpx.Client(base_url=urls[(n + index) % len(urls)], timeout=30) as c:
-                run = c.post(
-                    f"/v1/threads/{thread_id}/runs", json={"input": f"input {n} w w w w"}
-                )
+                run = c.post(f"/v1/threads/{thread_id}/runs", json={"input": f"input {n} w w w w"})
                 assert run.status_code == 202, run.text
                 turns[thread_id].append(run.json()["turn_id"])
     for index, thread_id in enumerate(threads):

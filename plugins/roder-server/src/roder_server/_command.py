@@ -30,6 +30,13 @@ _TENANT = re.compile(r"[A-Za-z0-9_-]{1,64}", re.ASCII)
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add ``roder serve``'s arguments."""
+    parser.epilog = """\
+examples:
+  roder serve                                 http://127.0.0.1:8321 (loopback, no tokens)
+  roder serve --port 0                        a free port (the first stderr line says it)
+  RODER_SERVER_TOKENS=tok1=acme,tok2 roder serve --host 0.0.0.0 --workers 4
+  curl -N localhost:8321/v1/threads/ID/stream resume with -H 'Last-Event-ID: N'
+(see docs/serve.md)"""
     parser.add_argument("--host", help="address to bind (default 127.0.0.1, or [server] host)")
     parser.add_argument(
         "--port", type=int, help="port (default 8321, or [server] port; 0: a free port)"
