@@ -16,7 +16,6 @@ import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
 
 import anyio
 import anyio.abc
@@ -27,7 +26,6 @@ from roder_api.events import (
     InputAccepted,
     ItemCompleted,
     JournalEvent,
-    ToolApprovalDecided,
     TurnAborted,
     TurnStarted,
 )
@@ -39,29 +37,15 @@ from roder_runtime._journal import ThreadJournal
 from roder_runtime._ops import Interrupt, Op, Steer, UserInput
 from roder_runtime._recorder import EventRecorder
 from roder_runtime._resume import find_leftovers
-from roder_runtime._session_follow import follow_journal
+from roder_runtime._session_follow import JournalFollowing, Queued
 from roder_runtime._session_io import RecorderSink, TurnInbox
 from roder_runtime._session_tools import SessionTools
-from roder_runtime._tool_step import ApproveToolCall, PendingToolStep
+from roder_runtime._tool_step import ApproveToolCall
 from roder_runtime._turn_driver import TurnDriver
 from roder_runtime._turns import new_id
 
 
-@dataclass(slots=True)
-class _Queued:
-    """An input waiting for its turn (``accepted``: its ``InputAccepted`` is journaled)."""
-
-    turn_id: str
-    text: str
-    accepted: bool = False
-    announce: bool = True
-    direct: bool = False
-    interrupted: bool = False
-    journaled: anyio.Event = field(default_factory=anyio.Event)
-    resume: PendingToolStep | None = None  # a turn a dead session left in a tool step
-
-
-class Session:
+class Session(JournalFollowing):
     """A live conversation on one thread: submit ops, read persisted events in order.
 
     Made by ``Runtime.start_session``, holding the thread's lease until closed. ``await
@@ -93,7 +77,7 @@ class Session:
         config = catalog.config
         self._max_input_bytes = config.max_input_bytes
         self._capacity = config.submission_queue_capacity
-        self._queue: deque[_Queued] = deque()
+        self._queue: deque[Queued] = deque()
         self._queue_signal = anyio.Event()
         self._turn: TurnDriver | None = None
         self._inbox: TurnInbox | None = None
@@ -115,9 +99,7 @@ class Session:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._on_close = on_close
         self.tools = tools or SessionTools({}, config.tools, thread_id=self.thread_id)
-        self._follow = follow_journal
-        self._own_turns: set[str] = set()  # the inputs this session queued, by turn id
-        self._follow_scope = anyio.CancelScope()
+        self._init_following(follow_journal)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -134,19 +116,16 @@ class Session:
         self._task_group = task_group
         task_group.start_soon(self._shielded, self._run_recorder)
         try:
-            # Read before the leftovers: input others journal from here on is followed
-            # (what the leftovers also found is this session's already: not taken twice).
-            followed = await self.journal.last_sequence() if self._follow else 0
+            followed = await self._follow_mark()  # before the leftovers: none missed
             leftovers = await find_leftovers(self.journal, self.recorder)
         except BaseException:
             await self._shutdown()
             raise
-        self._queue.extend(_Queued(t, text, accepted=True, resume=r) for t, text, r in leftovers)
+        self._queue.extend(Queued(t, text, accepted=True, resume=r) for t, text, r in leftovers)
         self.resumed_turn_id = next((t for t, _, r in leftovers if r is not None), None)
         self._own_turns.update(t for t, _, _ in leftovers)
         task_group.start_soon(self._shielded, self._run_worker)
-        if self._follow:
-            task_group.start_soon(follow_journal, self, followed, self._follow_scope)
+        self._start_following(task_group, followed)
 
     async def _shielded(self, run: Callable[[], Awaitable[None]]) -> None:
         # The opener's cancellation must not tear a turn apart: aclose stops the tasks.
@@ -252,47 +231,6 @@ class Session:
                 return turn.turn_id
         return await self._submit_input(op.text, turn_id or new_id("turn"), announce=True)
 
-    @property
-    def idle(self) -> bool:
-        """Return True when no turn runs, none is queued and every event is delivered."""
-        return self._turn is None and not self._queue and self.recorder.held == 0
-
-    async def submit_input(
-        self, text: str, *, turn_id: str | None = None, steer: bool = False
-    ) -> str:
-        """Submit ``text`` as a :class:`UserInput` (``steer``: a :class:`Steer`); return the
-        turn id it goes to. For callers that cannot import the op classes (plugins)."""
-        op: Op = Steer(text) if steer else UserInput(text)
-        if turn_id is not None:
-            self._own_turns.add(turn_id)
-        result = await self.submit(op, turn_id=turn_id)
-        assert result is not None  # an input always goes to a turn
-        return result
-
-    def decide_tool_call(self, call_id: str, approved: bool, reason: str | None = None) -> None:
-        """Submit an :class:`ApproveToolCall` decision (for plugins, like ``submit_input``)."""
-        self.tools.decide_call(ApproveToolCall(call_id, approved, reason))
-
-    def take_journaled_input(self, turn_id: str, text: str) -> bool:
-        """Queue an input someone else journaled (``InputAccepted``) as a turn of this session.
-
-        Return False (doing nothing) when it is already this session's. Used by a session
-        that follows its journal (``follow_journal``): another process accepted the input
-        without the lease, and the lease holder answers it, in order.
-        """
-        if turn_id in self._own_turns or self._closing:
-            return False
-        self._own_turns.add(turn_id)
-        self._queue.append(_Queued(turn_id, text, accepted=True))
-        self._queue_signal.set()
-        return True
-
-    def take_journaled_decision(self, decided: ToolApprovalDecided) -> None:
-        """Hand a decision someone else journaled to the call of this session that waits
-        for it (nothing when none waits: the call was decided here)."""
-        if self.tools.waiting_for(decided.call_id):
-            self.decide_tool_call(decided.call_id, decided.approved, decided.reason)
-
     async def submit_turn(self, text: str, turn_id: str) -> str:
         """Queue ``text`` as a turn with a chosen id, journaling it with the turn itself.
 
@@ -307,7 +245,7 @@ class Session:
         self._check_room()
         idle = self._turn is None and not self._queue and self.recorder.held == 0
         self._own_turns.add(turn_id)
-        queued = _Queued(turn_id, text, announce=announce, direct=idle)
+        queued = Queued(turn_id, text, announce=announce, direct=idle)
         if not idle:
             self.recorder.record(InputAccepted(turn_id, text), room_checked=True)
             queued.accepted = True
@@ -422,7 +360,7 @@ class Session:
             else:
                 await self._drive_turn(queued)
 
-    async def _record_unstarted(self, queued: _Queued, reason: AbortReason) -> None:
+    async def _record_unstarted(self, queued: Queued, reason: AbortReason) -> None:
         if queued.resume is not None:
             return  # a turn left in a tool step stays open: the next session resumes it
         await self._sink.record(
@@ -432,7 +370,7 @@ class Session:
         )
         queued.journaled.set()
 
-    async def _drive_turn(self, queued: _Queued) -> None:
+    async def _drive_turn(self, queued: Queued) -> None:
         inbox = TurnInbox(self.compaction_preempt)
         driver = TurnDriver(
             turn_id=queued.turn_id,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from roder_api._record import Record, from_dict, register
+from roder_api._store_waits import find_pending_input, poll_for_events
 from roder_api.errors import (
     InvalidThreadIdError,
     ThreadBusyError,
@@ -35,12 +36,8 @@ from roder_api.errors import (
 )
 from roder_api.events import (
     Event,
-    InputAccepted,
     ItemCompleted,
     JournalEvent,
-    TurnAborted,
-    TurnComplete,
-    TurnStarted,
     is_boundary_event,
 )
 from roder_api.inference import TokenUsage
@@ -63,19 +60,6 @@ def replay_start(entries: Sequence[JournalEvent]) -> int:
         if is_boundary_event(entries[index].event):
             return index
     return 0
-
-
-def open_turns(entries: Iterable[JournalEvent]) -> set[str]:
-    """Return the turn ids of ``entries`` accepted or started and not ended there."""
-    pending: set[str] = set()
-    for entry in entries:
-        event = entry.event
-        if isinstance(event, (TurnStarted, InputAccepted)):
-            if not (isinstance(event, InputAccepted) and event.steer):
-                pending.add(event.turn_id)
-        elif isinstance(event, (TurnComplete, TurnAborted)):
-            pending.discard(event.turn_id)
-    return pending
 
 
 def _usage(value: Any) -> TokenUsage:
@@ -395,17 +379,7 @@ class ThreadStore(ABC):
         :attr:`wait_poll_s` ``[0]`` to ``[1]`` (cheap when idle); a store that can be
         woken (PostgreSQL ``LISTEN/NOTIFY``) overrides it.
         """
-        import anyio  # the contract module imports no async library at module level
-
-        deadline = anyio.current_time() + max(0.0, timeout_s)
-        pause, longest = self.wait_poll_s
-        while True:
-            last = (await self.get_thread(thread_id)).last_sequence
-            left = deadline - anyio.current_time()
-            if last > after_sequence or left <= 0:
-                return last
-            await anyio.sleep(min(pause, left))
-            pause = min(pause * 2, longest)
+        return await poll_for_events(self, thread_id, after_sequence, timeout_s)
 
     pending_tail: ClassVar[int] = 64
     """How many of a thread's newest events the default :meth:`threads_with_pending_input`
@@ -425,28 +399,7 @@ class ThreadStore(ABC):
         harmless (the session finds nothing to do); a thread it misses is answered on its
         next use.
         """
-        found: list[str] = []
-        cursor: str | None = None
-        while len(found) < limit:
-            page = await self.list_threads(cursor=cursor, limit=100)
-            for metadata in page.threads:
-                if metadata.updated_at_ms < updated_after_ms:
-                    return found
-                if metadata.last_sequence and await self._tail_pending(metadata.thread_id):
-                    found.append(metadata.thread_id)
-                    if len(found) >= limit:
-                        return found
-            if page.next_cursor is None:
-                return found
-            cursor = page.next_cursor
-        return found
-
-    async def _tail_pending(self, thread_id: str) -> bool:
-        try:
-            page = await self.event_page(thread_id, limit=self.pending_tail)
-        except ThreadNotFoundError:
-            return False
-        return bool(open_turns(page.events))
+        return await find_pending_input(self, updated_after_ms, limit)
 
     async def thread_size_bytes(self, thread_id: str) -> int | None:
         """Return the bytes a thread occupies in the store, or None when the store cannot tell.
