@@ -12,6 +12,7 @@ pytestmark = pytest.mark.core
 MODULES = [
     "roder_api",
     "roder_api.codec",
+    "roder_api.commands",
     "roder_api.enginekit",
     "roder_api.enginekit.httpx_client",
     "roder_api.errors",
@@ -33,6 +34,7 @@ MODULES = [
     "roder_anthropic",
     "roder_mcp",
     "roder_llm",
+    "roder_server",
 ]
 
 

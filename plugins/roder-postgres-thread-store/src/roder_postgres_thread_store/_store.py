@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import Any
 
+import anyio
 import anyio.to_thread
 import psycopg
 import psycopg.errors
@@ -28,6 +29,7 @@ from roder_api.errors import StoreError
 from roder_api.storekit import EventRow, RelationalThreadStore, close_on_fork
 from roder_api.threads import ThreadLease, ThreadStoreFactory, validate_thread_id
 from roder_postgres_thread_store._leases import LEASE_SESSION_OPTIONS, AdvisoryLeases
+from roder_postgres_thread_store._notify import RECHECK_S, EventNotifier, channel_name
 
 DSN_ENV = "RODER_POSTGRES_DSN"
 """Environment variable read for the DSN when the settings give none."""
@@ -117,6 +119,8 @@ class PostgresThreadStore(RelationalThreadStore):
         self._description = description
         self._connect_lease = connect_lease
         self._leases: AdvisoryLeases | None = None
+        self._channel = channel_name(schema)
+        self._notifier: EventNotifier | None = None
 
     def translate_error(self, exc: Exception) -> Exception | None:
         """Return a ``StoreError`` for a driver or pool error."""
@@ -140,7 +144,10 @@ class PostgresThreadStore(RelationalThreadStore):
     def insert_events(
         self, conn: psycopg.Connection[Any], thread_id: str, rows: Sequence[EventRow]
     ) -> None:
-        """Insert a thread's new events in one statement (arrays, not one INSERT each)."""
+        """Insert a thread's new events in one statement (arrays, not one INSERT each), and
+        notify the listeners of the schema's channel (delivered when the transaction
+        commits: ``wait_for_events``)."""
+        conn.execute("SELECT pg_notify(%s, %s)", (self._channel, thread_id))
         conn.execute(
             "INSERT INTO roder_events (thread_id, sequence, recorded_at_ms, event)"
             " SELECT %s, s, t, e"
@@ -199,8 +206,33 @@ class PostgresThreadStore(RelationalThreadStore):
             )
         return self._leases.lease(thread_id, owner=owner)
 
+    async def wait_for_events(self, thread_id: str, after_sequence: int, timeout_s: float) -> int:
+        """Return the thread's last sequence once it is above ``after_sequence`` (woken by
+        ``LISTEN/NOTIFY`` from any process or machine), or after ``timeout_s``."""
+        if self._connect_lease is None:
+            return await super().wait_for_events(thread_id, after_sequence, timeout_s)
+        notifier = self._notifier
+        if notifier is None:
+            notifier = self._notifier = EventNotifier(self._connect_lease, self._channel)
+            notifier.start()
+        deadline = anyio.current_time() + max(0.0, timeout_s)
+        while True:
+            woken = anyio.Event()
+            notifier.add(thread_id, woken)  # before the read: a commit after it wakes us
+            try:
+                last = (await self.get_thread(thread_id)).last_sequence
+                left = deadline - anyio.current_time()
+                if last > after_sequence or left <= 0:
+                    return last
+                with anyio.move_on_after(min(left, RECHECK_S)):
+                    await woken.wait()
+            finally:
+                notifier.discard(thread_id, woken)
+
     def close_sync(self) -> None:
-        """Close the connection pool (waiting for the calls in progress)."""
+        """Stop listening and close the connection pool (waiting for the calls in progress)."""
+        if self._notifier is not None:
+            self._notifier.close()
         self._pool.close()
 
 
