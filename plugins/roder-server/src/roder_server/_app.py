@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +17,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from roder_api.errors import RoderError
 from roder_api.threads import ThreadStore
@@ -81,6 +81,7 @@ def create_app(
     *,
     tenants: Mapping[str, ServerRuntime] | None = None,
     tokens: Mapping[str, str] | None = None,
+    routes: Sequence[BaseRoute] = (),
 ) -> Starlette:
     """Return the ASGI app serving ``runtime`` (the contract of ``docs/serve.md``).
 
@@ -89,6 +90,12 @@ def create_app(
     tenant's); ``tokens`` maps token to tenant (default: read from ``tokens_env``; none:
     no authentication). The lifespan owns only what it opened: the sessions it starts for
     runs (closed on shutdown), never the runtimes.
+
+    ``routes`` are added after the contract's (the OpenAI-compatible surface): a handler
+    reaches its tenant with ``request.app.state.server.for_request(request)`` (a
+    :class:`TenantState`: ``runtime``, ``dispatcher``, ``await store()``), submits a run
+    with ``dispatcher.submit(...)``, reads events with ``store.read_events`` and waits for
+    new ones with ``store.wait_for_events`` (or streams them with ``journal_stream``).
     """
     if not isinstance(settings, ServerSettings):
         settings = ServerSettings.from_table(settings)
@@ -162,6 +169,7 @@ def create_app(
             Route("/", index, methods=["GET"]),
             Route("/static/{name:path}", static, methods=["GET"]),
             *ROUTES,
+            *routes,
         ],
         middleware=middleware,
         lifespan=lifespan,
