@@ -320,7 +320,9 @@ class TurnDriver:
             nonlocal step
             step = _Step(new_id("step"))
             self._inturn.next_step()
-            await self.sink.record(ModelStepStarted(self.turn_id, step.step_id))
+            await self.sink.record(
+                ModelStepStarted(self.turn_id, step.step_id, self.model, self.engine.id)
+            )
             self._waiting_for = f"engine {self.engine.id!r}"
             ctx = InferenceTurnContext(
                 self.journal.thread_id, self.turn_id, step.step_id, UsagePurpose.TURN, number
@@ -381,7 +383,11 @@ class TurnDriver:
             step.items.append(ToolCallRecord(event.id, event.name, event.arguments))
         elif isinstance(event, Usage):
             # Billed as observed, so every attempt is billed whatever happens next.
-            await self.sink.record(UsageUpdated(self.turn_id, event.usage, UsagePurpose.TURN))
+            await self.sink.record(
+                UsageUpdated(
+                    self.turn_id, event.usage, UsagePurpose.TURN, self.model, self.engine.id
+                )
+            )
         elif is_boundary(event):
             await self._inturn.stage(event)  # in-turn compaction: committed with the step
         elif isinstance(event, ProviderMetadata):

@@ -40,6 +40,7 @@ from roder_api.errors import (
     UnknownToolError,
 )
 from roder_api.inference import InferenceEngine
+from roder_api.observers import Observer
 from roder_api.threads import ThreadStoreFactory
 from roder_api.tools import Tool, check_tool_name
 
@@ -58,6 +59,8 @@ class PluginInfo:
     tools: tuple[str, ...] = ()
     misconfigured: Mapping[str, str] = field(default_factory=dict)
     """Ids this plugin could not set up from their settings, each with the reason."""
+    observers: int = 0
+    """How many observers the plugin registered."""
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON object ``roder plugins --json`` prints for this plugin."""
@@ -70,6 +73,7 @@ class PluginInfo:
             "thread_stores": list(self.thread_stores),
             "tools": list(self.tools),
             "misconfigured": dict(self.misconfigured),
+            "observers": self.observers,
             "error": self.error,
         }
 
@@ -90,6 +94,8 @@ class ExtensionRegistry:
     tool_conflicts: Mapping[str, DuplicateRegistrationError] = field(default_factory=dict)
     misconfigured: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     """Ids an installed plugin could not set up from their settings: id -> (plugin, reason)."""
+    observers: tuple[Observer, ...] = ()
+    """The observers of journaled events (the runtime serves and closes them)."""
 
     def inference_engine(self, engine_id: str) -> InferenceEngine:
         """Return the engine registered as ``engine_id``.
@@ -172,6 +178,7 @@ class ExtensionRegistryBuilder:
         self._tool_conflicts: dict[str, DuplicateRegistrationError] = {}
         self._sources: dict[str, str] = {}
         self._plugins: list[PluginInfo] = []
+        self._observers: list[Observer] = []
 
     def inference_engine(
         self, engine: InferenceEngine, *, source: str = "a direct registration"
@@ -204,6 +211,13 @@ class ExtensionRegistryBuilder:
             raise error
         self._tools[name] = tool
         self._sources[key] = source
+        return self
+
+    def observer(self, observer: Observer) -> ExtensionRegistryBuilder:
+        """Register an observer of journaled events (see ``roder_api.observers``)."""
+        if not isinstance(observer, Observer):
+            raise TypeError(f"not an observer: {type(observer).__name__} has no observe()")
+        self._observers.append(observer)
         return self
 
     def _add(self, kind: str, table: dict[str, Any], id: str, obj: object, source: str) -> None:
@@ -285,6 +299,7 @@ class ExtensionRegistryBuilder:
         engines: list[InferenceEngine] = []
         factories: list[ThreadStoreFactory] = []
         tools: list[Tool] = []
+        observers: list[Observer] = []
         source = f"plugin {name!r}"
         misconfigured: dict[str, str] = {}
 
@@ -302,6 +317,7 @@ class ExtensionRegistryBuilder:
                 report,
             )
             self._call(pm, "register_tools", _collector(tools, Tool))
+            self._call(pm, "register_observers", _collector(observers, Observer))
             # Check every id before committing any, so a plugin registers all or nothing.
             pending: set[str] = set()
             for engine in engines:
@@ -353,6 +369,7 @@ class ExtensionRegistryBuilder:
             # reports it (by both sources) and `roder plugins` shows it.
             with contextlib.suppress(DuplicateRegistrationError):
                 self.tool(tool, source=source)
+        self._observers.extend(observers)
         return PluginInfo(
             name,
             version,
@@ -362,6 +379,7 @@ class ExtensionRegistryBuilder:
             tuple(_factory_id(f) for f in factories),
             tools=tuple(t.name for t in tools),
             misconfigured=MappingProxyType(dict(misconfigured)),
+            observers=len(observers),
         )
 
     def _call(
@@ -404,6 +422,7 @@ class ExtensionRegistryBuilder:
             tools=MappingProxyType(dict(self._tools)),
             tool_conflicts=MappingProxyType(dict(self._tool_conflicts)),
             misconfigured=MappingProxyType(dict(self._misconfigured)),
+            observers=tuple(self._observers),
         )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from roder_api._markers import hookspec
 from roder_api.inference import InferenceEngine
+from roder_api.observers import Observer
 from roder_api.threads import ThreadStoreFactory
 from roder_api.tools import Tool
 
@@ -61,4 +62,19 @@ def register_tools(
     are unique across plugins: two registrations of one name are an error naming both, and
     neither is used. ``settings`` is the same mapping the other hooks get; the
     ``mcp_servers`` entry maps MCP server names to their ``[mcp_servers.<name>]`` tables.
+    """
+
+
+@hookspec
+def register_observers(
+    register: Callable[[Observer], None],
+    settings: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """Register observers of journaled events by calling ``register(observer)`` once each.
+
+    Called once when the extension registry is built (``load_entry_points``). An observer
+    (``roder_api.observers.Observer``) gets each batch of events after the store persisted
+    it, from a bounded queue of its own; it can never block or fail a turn. ``settings``
+    (opt-in) is the mapping the other hooks get; ``settings["otel"]`` is the ``[otel]``
+    table.
     """
