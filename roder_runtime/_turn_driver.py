@@ -64,6 +64,7 @@ from roder_api.transcript import (
     UserMessage,
 )
 from roder_runtime._auto_compaction import auto_compaction_due, maybe_auto_compact
+from roder_runtime._budget import BudgetExceeded, BudgetGuard
 from roder_runtime._catalog import ModelCatalog
 from roder_runtime._inturn import InTurnCompaction, is_boundary
 from roder_runtime._model_call import Attempt, RetryNotice, call_model
@@ -129,6 +130,8 @@ class TurnDriver:
         self._partial = ""
         self._waiting_for = f"engine {engine.id!r}"
         self._inturn = InTurnCompaction(turn_id, sink, self.journal)  # staged boundaries
+        budget = self.config.budget
+        self._budget = BudgetGuard(budget, self.journal, turn_id) if budget.enabled else None
 
     def abort(self, reason: AbortReason) -> None:
         """Stop the turn now (``interrupted``, ``closed``, ...), keeping the text delivered."""
@@ -154,6 +157,9 @@ class TurnDriver:
                 last_text = await self._steps(transcript)
             except (_TurnFailed, ToolStepLimitError) as exc:
                 error = str(exc)
+            except BudgetExceeded as exc:
+                error = str(exc)
+                self.abort_reason = self.abort_reason or AbortReason.BUDGET_EXCEEDED
             except RecorderFullError as exc:
                 # The consumer fell behind: the turn stops; it ends once there is room.
                 error = str(exc)
@@ -314,6 +320,9 @@ class TurnDriver:
         request = AgentInferenceRequest(
             self.model, self.config.instructions, (*history,), self.tools
         )
+        if self._budget is not None:
+            await self.sink.persisted()  # the usage billed so far is in the journal
+            await self._budget.check(history, self.config.instructions, self.model, self.engine.id)
         step = _Step()
 
         async def start(number: int) -> AsyncIterator[InferenceEvent]:
