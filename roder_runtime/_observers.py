@@ -38,7 +38,7 @@ class _Feed:
     """One observer, its bounded queue and what it lost."""
 
     observer: Observer
-    queue: queue.Queue[object]
+    queue: queue.Queue[tuple[str, tuple[JournalEvent, ...]] | object]
     dropped: int = 0
     failures: int = 0
     thread: threading.Thread | None = field(default=None, repr=False)
@@ -121,9 +121,9 @@ def _serve(feed: _Feed) -> None:
 async def _pump(feed: _Feed) -> None:
     while True:
         item = await anyio.to_thread.run_sync(feed.queue.get)
-        if item is _STOP:
+        if not isinstance(item, tuple):  # the stop marker
             break
-        thread_id, events = item  # type: ignore[misc]
+        thread_id, events = item
         try:
             await feed.observer.observe(thread_id, events)
         except Exception:  # noqa: BLE001 - an observer's bug never reaches a turn

@@ -61,9 +61,7 @@ async def test_cost_includes_compaction_and_a_billed_failed_retry(
             [Usage(failed), Raise(ProviderFailure(ProviderFailureKind.OVERLOADED, "busy"))],
             _answer("first"),
         ],
-        compactions=[
-            [boundary("cmp_1"), Usage(TokenUsage(20_000, 1_000, 21_000)), Completed()]
-        ],
+        compactions=[[boundary("cmp_1"), Usage(TokenUsage(20_000, 1_000, 21_000)), Completed()]],
     )
     config = RuntimeConfig(
         default_model="gpt-4o",

@@ -102,7 +102,8 @@ async def test_a_turn_streams_persisted_events_in_order(tmp_path: Path) -> None:
             AssistantMessage("You said: hi"),
         ]
         assert (
-            UsageUpdated(turn_id, TokenUsage(10, 3, 13), "turn", "scripted-default", "scripted") in events
+            UsageUpdated(turn_id, TokenUsage(10, 3, 13), "turn", "scripted-default", "scripted")
+            in events
         )
         assert events[-1] == TurnComplete(turn_id, "You said: hi")  # type: ignore[arg-type]
         assert [e.sequence for e in seen + seen_second] == list(

@@ -231,12 +231,12 @@ class _Builder:
                 trace.root.attributes.setdefault("gen_ai.provider.name", event.provider)
             self.model_span[event.turn_id] = span
         elif isinstance(event, AssistantContentDelta):
-            span = self.model_span.get(event.turn_id)
-            if span is not None:
-                if span.first_chunk_ms is None:
-                    span.first_chunk_ms = at
+            streaming = self.model_span.get(event.turn_id)
+            if streaming is not None:
+                if streaming.first_chunk_ms is None:
+                    streaming.first_chunk_ms = at
                 if event.phase == ContentPhase.FINAL_ANSWER:
-                    span.output += event.delta
+                    streaming.output += event.delta
         elif isinstance(event, UsageUpdated):
             self._usage(event, at)
         elif isinstance(event, WarningEvent) and event.turn_id is not None:
@@ -266,12 +266,12 @@ class _Builder:
         elif isinstance(event, CompactionStarted):
             self._compaction_started(event, at)
         elif isinstance(event, (CompactionCommitted, CompactionDiscarded)):
-            span = self.compaction.pop(event.turn_id or "", None)
-            if span is not None:
-                span.end_ms = at
-                self._finish_model(span)
+            compaction = self.compaction.pop(event.turn_id or "", None)
+            if compaction is not None:
+                compaction.end_ms = at
+                self._finish_model(compaction)
                 if isinstance(event, CompactionDiscarded):
-                    span.attributes["roder.compaction.discarded"] = event.reason
+                    compaction.attributes["roder.compaction.discarded"] = event.reason
         elif isinstance(event, ErrorEvent) and event.turn_id is not None:
             self.error_text[event.turn_id] = event.message
         elif isinstance(event, (TurnComplete, TurnAborted)):
@@ -368,10 +368,10 @@ class _Builder:
         for key in [k for k in self.tools if k[0] == turn_id]:
             span = self.tools.pop(key)
             span.end_ms, span.error = at, error
-        span = self.compaction.pop(turn_id, None)
-        if span is not None:
-            span.end_ms, span.error = at, error
-            self._finish_model(span)
+        compaction = self.compaction.pop(turn_id, None)
+        if compaction is not None:
+            compaction.end_ms, compaction.error = at, error
+            self._finish_model(compaction)
 
     def finish(self) -> list[TurnTrace]:
         for trace in self.order:
