@@ -10,18 +10,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from decimal import Decimal
+from typing import Protocol
 
-from roder_api.events import UsageUpdated
-from roder_api.inference import TokenUsage
+from roder_api.events import AbortReason, UsageUpdated
+from roder_api.inference import InferenceEngine, TokenUsage
 from roder_api.transcript import TranscriptItem
-from roder_runtime._config import BudgetConfig
+from roder_runtime._config import BudgetConfig, RuntimeConfig
 from roder_runtime._cost import ZERO, price
 from roder_runtime._estimates import estimate_transcript_tokens
 from roder_runtime._journal import Journal
+from roder_runtime._turn_seams import TurnSink
 
 
 class BudgetExceeded(Exception):  # noqa: N818 - it ends the turn, it is not a bug
     """Raised when the next model call would take a budget past its limit."""
+
+
+class Turn(Protocol):
+    """What the guard reads of the turn it checks (a ``TurnDriver``), and sets on it."""
+
+    sink: TurnSink
+    config: RuntimeConfig
+    model: str
+    engine: InferenceEngine
+    abort_reason: AbortReason | None
 
 
 class BudgetGuard:
@@ -45,17 +57,19 @@ class BudgetGuard:
                 if event.turn_id == self.turn_id:
                     self.turn_usd += usd
 
-    async def check(
-        self,
-        history: Sequence[TranscriptItem],
-        instructions: str | None,
-        model: str,
-        provider: str,
-    ) -> None:
-        """Raise ``BudgetExceeded`` when this call would pass the turn's or thread's limit."""
+    async def check(self, turn: Turn, history: Sequence[TranscriptItem]) -> None:
+        """Raise ``BudgetExceeded`` when the turn's next call would pass a limit.
+
+        The turn's ``abort_reason`` is then ``budget_exceeded``. Without limits this
+        returns at once (nothing is read or priced).
+        """
+        if not self.budget.enabled:
+            return
+        await turn.sink.persisted()  # the usage billed so far is in the journal
         await self._catch_up()
-        prompt = estimate_transcript_tokens(history, instructions)
-        next_call = price(TokenUsage(prompt_tokens=prompt), model, provider) or ZERO
+        model = turn.model
+        prompt = estimate_transcript_tokens(history, turn.config.instructions)
+        next_call = price(TokenUsage(prompt_tokens=prompt), model, turn.engine.id) or ZERO
         limits = (
             ("max_usd_per_turn", self.budget.max_usd_per_turn, self.turn_usd),
             ("max_usd_per_thread", self.budget.max_usd_per_thread, self.thread_usd),
@@ -66,6 +80,7 @@ class BudgetGuard:
             projected = spent + next_call
             if projected > Decimal(str(limit)):
                 over = projected - Decimal(str(limit))
+                turn.abort_reason = turn.abort_reason or AbortReason.BUDGET_EXCEEDED
                 raise BudgetExceeded(
                     f"budget exceeded: [budget] {name} = ${limit:g}; spent ${_usd(spent)}, "
                     f"and the next model call ({model}, ~{prompt} prompt tokens, "
