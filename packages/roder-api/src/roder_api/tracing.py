@@ -475,9 +475,9 @@ def capture_content(environ: Mapping[str, str]) -> bool:
 
 __all__ = [
     "AGENT_NAME",
+    "AttributeValue",
     "CAPTURE_CONTENT_VARIABLE",
     "NOT_ENDED",
-    "AttributeValue",
     "SpanData",
     "TurnTrace",
     "capture_content",
