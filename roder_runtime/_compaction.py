@@ -301,11 +301,8 @@ async def compact(
         nonlocal mark
         events: list[Event] = []
         if not attempt.usage.is_zero():
-            events.append(
-                UsageUpdated(
-                    turn_id, attempt.usage, UsagePurpose.DISCARDED_COMPACTION, model, engine.id
-                )
-            )
+            discarded = UsagePurpose.DISCARDED_COMPACTION
+            events.append(UsageUpdated(turn_id, attempt.usage, discarded, model, engine.id))
         events.append(WarningEvent(notice.message("compaction"), turn_id))
         mark = (await journal.append(events))[-1].sequence
 
