@@ -8,6 +8,7 @@ from __future__ import annotations
 from roder_api import __version__ as _api_version
 from roder_runtime._compaction import CompactionResult
 from roder_runtime._config import (
+    BudgetConfig,
     CompactionConfig,
     ReliabilityConfig,
     RuntimeConfig,
@@ -26,6 +27,7 @@ __version__ = _api_version
 
 __all__ = [
     "ApproveToolCall",
+    "BudgetConfig",
     "CompactionConfig",
     "CompactionResult",
     "DEFAULT_ENGINE",

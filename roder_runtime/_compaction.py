@@ -301,7 +301,8 @@ async def compact(
         nonlocal mark
         events: list[Event] = []
         if not attempt.usage.is_zero():
-            events.append(UsageUpdated(turn_id, attempt.usage, UsagePurpose.DISCARDED_COMPACTION))
+            discarded = UsagePurpose.DISCARDED_COMPACTION
+            events.append(UsageUpdated(turn_id, attempt.usage, discarded, model, engine.id))
         events.append(WarningEvent(notice.message("compaction"), turn_id))
         mark = (await journal.append(events))[-1].sequence
 
@@ -330,7 +331,7 @@ async def compact(
                 boundary = summary_boundary(candidate.text, history)
             committed: list[Event] = [
                 ItemCompleted(turn_id, boundary),
-                UsageUpdated(turn_id, last.usage, UsagePurpose.COMPACTION),
+                UsageUpdated(turn_id, last.usage, UsagePurpose.COMPACTION, model, engine.id),
                 CompactionCommitted(turn_id, mode),
             ]
             with anyio.CancelScope(shield=True):
@@ -342,10 +343,10 @@ async def compact(
         # Cancelled from outside (not by ``preempt``): still bill what was observed.
         with anyio.CancelScope(shield=True):
             usage = attempts[-1].usage if attempts else TokenUsage()
-            await _discard(journal, turn_id, usage, DiscardReason.PREEMPTED)
+            await _discard(journal, turn_id, usage, DiscardReason.PREEMPTED, (model, engine.id))
         raise
     with anyio.CancelScope(shield=True):
-        await _discard(journal, turn_id, last.usage, reason)
+        await _discard(journal, turn_id, last.usage, reason, (model, engine.id))
     detail = candidate.detail
     if reason is DiscardReason.PREEMPTED:
         detail = "preempted before the commit"
@@ -389,9 +390,11 @@ async def _commit(journal: Journal, events: Sequence[Event], read_at: int, mark:
         return True
 
 
-async def _discard(journal: Journal, turn_id: str, usage: TokenUsage, reason: str) -> None:
+async def _discard(
+    journal: Journal, turn_id: str, usage: TokenUsage, reason: str, billed_by: tuple[str, str]
+) -> None:
     events: list[Event] = []
     if not usage.is_zero():
-        events.append(UsageUpdated(turn_id, usage, UsagePurpose.DISCARDED_COMPACTION))
+        events.append(UsageUpdated(turn_id, usage, UsagePurpose.DISCARDED_COMPACTION, *billed_by))
     events.append(CompactionDiscarded(reason, turn_id))
     await journal.append(events)

@@ -72,6 +72,25 @@ class ToolsConfig:
 
 
 @dataclass
+class BudgetConfig:
+    """Spending limits in US dollars, priced with ``genai-prices`` (None: no limit).
+
+    A turn whose next model call would take the turn's or the thread's cost past a limit
+    ends with ``ErrorEvent`` (which budget, by how much) and ``TurnAborted(turn_id,
+    "budget_exceeded")`` before that call. Usage of a model without a known price counts
+    nothing toward a budget (``roder threads cost`` says which models are unpriced).
+    """
+
+    max_usd_per_turn: float | None = None
+    max_usd_per_thread: float | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Return True when any limit is set."""
+        return self.max_usd_per_turn is not None or self.max_usd_per_thread is not None
+
+
+@dataclass
 class RuntimeConfig:
     """Everything the runtime is configured with (a mutable dataclass).
 
@@ -99,6 +118,9 @@ class RuntimeConfig:
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     server: dict[str, Any] = field(default_factory=dict)
     """The raw ``[server]`` table, for ``roder serve`` (its plugin validates the keys)."""
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    otel: dict[str, Any] = field(default_factory=dict)
+    """The ``[otel]`` table, handed to plugins as ``settings["otel"]`` (``roder-otel``)."""
     engines: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -111,6 +133,8 @@ class RuntimeConfig:
             settings["mcp_servers"] = {k: dict(v) for k, v in self.mcp_servers.items()}
         if self.server:
             settings["server"] = dict(self.server)
+        if self.otel:
+            settings["otel"] = dict(self.otel)
         return settings
 
     def setting_source(self, settings_id: str, key: str | None) -> str | None:
@@ -288,12 +312,15 @@ class _Loader:
             elif key == "mcp_servers":
                 self.apply_mcp_servers(value, config)
                 continue
-            elif key == "server":
+            elif key == "budget":
+                self.apply_budget(value, config.budget)
+                continue
+            elif key in ("server", "otel"):  # a plugin's raw table; the plugin checks its keys
                 if not isinstance(value, Mapping):
-                    raise self.error("expected a table", None, "server")
-                config.server = dict(value)
-                for name in value:
-                    config.sources[f"server.{name}"] = self.where("server", name)
+                    raise self.error("expected a table", None, key)
+                setattr(config, key, dict(value))
+                for sub in value:
+                    config.sources[f"{key}.{sub}"] = self.where(key, sub)
                 continue
             else:
                 raise self.error("unknown key", None, key)
@@ -376,6 +403,22 @@ class _Loader:
             target.approval[name] = ApprovalPolicy(policy)
             self.sources[f"tools.approval.{name}"] = self.where("tools.approval", name)
 
+    def apply_budget(self, value: Any, budget: BudgetConfig) -> None:
+        if not isinstance(value, Mapping):
+            raise self.error("expected a table", None, "budget")
+        for key, item in value.items():
+            if key not in ("max_usd_per_turn", "max_usd_per_thread"):
+                raise self.error("unknown key", "budget", key)
+            if (
+                isinstance(item, bool)
+                or not isinstance(item, (int, float))
+                or not math.isfinite(item)
+                or item <= 0
+            ):
+                raise self.error(f"expected an amount in USD above 0, got {item!r}", "budget", key)
+            setattr(budget, key, float(item))
+            self.sources[f"budget.{key}"] = self.where("budget", key)
+
     def apply_mcp_servers(self, value: Any, config: RuntimeConfig) -> None:
         if not isinstance(value, Mapping):
             raise self.error("expected a table of server tables", None, "mcp_servers")
@@ -385,6 +428,10 @@ class _Loader:
             config.mcp_servers[name] = dict(table)
             for key in table:
                 config.sources[f"mcp_servers.{name}.{key}"] = self.where(f"mcp_servers.{name}", key)
+
+
+_NOT_DEFAULTED = ("sources", "engines", "thread_store_settings", "mcp_servers", "server", "otel")
+"""Fields whose keys are not recorded as coming from the defaults (tables read as they are)."""
 
 
 def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -405,7 +452,7 @@ def load_config(
     env = os.environ if environ is None else environ
     config = RuntimeConfig()
     for f in fields(config):
-        if f.name not in ("sources", "engines", "thread_store_settings", "mcp_servers", "server"):
+        if f.name not in _NOT_DEFAULTED:
             config.sources[f.name] = "default"
     data: Mapping[str, Any]
     if path_or_mapping is None or isinstance(path_or_mapping, (str, os.PathLike)):

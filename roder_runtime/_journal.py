@@ -86,8 +86,11 @@ class ThreadJournal:
         *,
         store_name: str,
         timeout_s: float | None = None,
+        observe: Callable[[str, Sequence[JournalEvent]], None] | None = None,
     ) -> None:
         self.store = store
+        self.observe = observe
+        """Called with each batch right after the store persisted it (the observer seam)."""
         self.thread_id = thread_id
         self.store_name = store_name
         self.timeout_s = timeout_s if timeout_s is not None else DEFAULT_STORE_TIMEOUT_S
@@ -107,15 +110,19 @@ class ThreadJournal:
     ) -> list[JournalEvent]:
         """Append ``events`` (conditionally with ``expected_last_sequence``)."""
         if expected_last_sequence is None:
-            return await self.bounded(
+            entries = await self.bounded(
                 "append", lambda: self.store.append_events(self.thread_id, events)
             )
-        return await self.bounded(
-            "conditional append",
-            lambda: self.store.append_events(
-                self.thread_id, events, expected_last_sequence=expected_last_sequence
-            ),
-        )
+        else:
+            entries = await self.bounded(
+                "conditional append",
+                lambda: self.store.append_events(
+                    self.thread_id, events, expected_last_sequence=expected_last_sequence
+                ),
+            )
+        if self.observe is not None:
+            self.observe(self.thread_id, entries)
+        return entries
 
     async def read_events(self, *, after: int = 0) -> list[JournalEvent]:
         """Return the thread's events with sequence above ``after``."""

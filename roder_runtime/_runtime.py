@@ -47,6 +47,7 @@ from roder_runtime._estimates import sum_usage_by_purpose
 from roder_runtime._guards import open_store
 from roder_runtime._journal import ReplayHistory, ThreadJournal
 from roder_runtime._model_call import PreemptSignal
+from roder_runtime._observers import ObserverHub
 from roder_runtime._ops import SessionStart
 from roder_runtime._session import Session
 from roder_runtime._session_tools import SessionTools
@@ -96,6 +97,8 @@ class Runtime:
         self._store_lock = anyio.Lock()
         self._closed = False
         self._sessions: set[Session] = set()
+        self.observers = ObserverHub(registry.observers) if registry.observers else None
+        """The observer seam (None without observers: nothing is spent on it)."""
 
     @classmethod
     def from_config(
@@ -178,6 +181,7 @@ class Runtime:
             validate_thread_id(thread_id),
             store_name=f"thread store {factory_id!r}",
             timeout_s=self.config.turn_timeout_s,
+            observe=self.observers.offer if self.observers is not None else None,
         )
 
     # --- threads -----------------------------------------------------------------------------
@@ -219,10 +223,14 @@ class Runtime:
         """
         store = await self.store()
         if expected_last_sequence is None:
-            return await store.append_events(thread_id, events)
-        return await store.append_events(
-            thread_id, events, expected_last_sequence=expected_last_sequence
-        )
+            entries = await store.append_events(thread_id, events)
+        else:
+            entries = await store.append_events(
+                thread_id, events, expected_last_sequence=expected_last_sequence
+            )
+        if self.observers is not None:
+            self.observers.offer(thread_id, entries)
+        return entries
 
     async def persist_turn_item(
         self, thread_id: str, turn_id: str, item: TranscriptItem
@@ -449,11 +457,15 @@ class Runtime:
         self._closed = True
         store, self._store = self._store, None
         try:
-            if store is not None:
-                await store.aclose()
+            if self.observers is not None:
+                await self.observers.aclose()
         finally:
-            if self._owns_registry:
-                await self.registry.aclose()
+            try:
+                if store is not None:
+                    await store.aclose()
+            finally:
+                if self._owns_registry:
+                    await self.registry.aclose()
 
     async def __aenter__(self) -> Runtime:
         return self

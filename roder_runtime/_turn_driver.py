@@ -13,7 +13,7 @@ The step loop (:meth:`TurnDriver._steps`) has two seams for later work:
   to its ``tool_step`` collaborator (a :class:`ToolRunner`), adds the calls and their
   results to the transcript and loops to the next model step (past ``max_tool_steps`` the
   runner refuses the calls, each with a result, and the turn fails);
-* **in-turn native compaction** — a model step collects its items (:class:`_Step.items`) and
+* **in-turn native compaction** — a model step collects its items (:class:`StepState.items`) and
   journals them as one batch when the step ends with ``Completed``; a ``ProviderMetadata``
   boundary yielded by ``stream_turn`` is staged by ``roder_runtime._inturn`` and commits
   (or is discarded) with that batch, in :meth:`TurnDriver._finish_step`.
@@ -22,7 +22,6 @@ The step loop (:meth:`TurnDriver._steps`) has two seams for later work:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
 
 import anyio
 
@@ -64,28 +63,17 @@ from roder_api.transcript import (
     UserMessage,
 )
 from roder_runtime._auto_compaction import auto_compaction_due, maybe_auto_compact
+from roder_runtime._budget import BudgetExceeded, BudgetGuard
 from roder_runtime._catalog import ModelCatalog
 from roder_runtime._inturn import InTurnCompaction, is_boundary
 from roder_runtime._model_call import Attempt, RetryNotice, call_model
 from roder_runtime._tool_step import PendingToolStep, ToolStepLimitError
-from roder_runtime._turn_seams import Inbox, ToolRunner, TurnOutcome, TurnSink
+from roder_runtime._turn_seams import Inbox, StepState, ToolRunner, TurnOutcome, TurnSink
 from roder_runtime._turns import new_id
 
 
 class _TurnFailed(Exception):
     """Raised inside the driver to end the turn with an ``ErrorEvent`` (its message)."""
-
-
-@dataclass
-class _Step:
-    """What one model step produced so far (staged; journaled at its end)."""
-
-    step_id: str = ""
-    text: str = ""
-    reasoning: str = ""
-    items: list[TranscriptItem] = field(default_factory=list)
-    completed: bool = False
-    failure: str | None = None
 
 
 class TurnDriver:
@@ -129,6 +117,7 @@ class TurnDriver:
         self._partial = ""
         self._waiting_for = f"engine {engine.id!r}"
         self._inturn = InTurnCompaction(turn_id, sink, self.journal)  # staged boundaries
+        self._budget = BudgetGuard(self.config.budget, self.journal, turn_id)
 
     def abort(self, reason: AbortReason) -> None:
         """Stop the turn now (``interrupted``, ``closed``, ...), keeping the text delivered."""
@@ -152,7 +141,7 @@ class TurnDriver:
                     self._resume(step, pending) if step and pending else self._begin()
                 )
                 last_text = await self._steps(transcript)
-            except (_TurnFailed, ToolStepLimitError) as exc:
+            except (_TurnFailed, ToolStepLimitError, BudgetExceeded) as exc:
                 error = str(exc)
             except RecorderFullError as exc:
                 # The consumer fell behind: the turn stops; it ends once there is room.
@@ -288,7 +277,7 @@ class TurnDriver:
                 await self._finish_step(items, [TurnComplete(self.turn_id, last_text)])
             return last_text if last_text is not None else ""
 
-    def _step_items(self, step: _Step) -> list[TranscriptItem]:
+    def _step_items(self, step: StepState) -> list[TranscriptItem]:
         items = list(step.items)
         if step.reasoning:
             items.append(Reasoning(step.reasoning))
@@ -304,7 +293,7 @@ class TurnDriver:
         self._partial = ""
         await self._inturn.finish([*(ItemCompleted(self.turn_id, i) for i in items), *then])
 
-    async def _model_step(self, history: Sequence[TranscriptItem]) -> _Step:
+    async def _model_step(self, history: Sequence[TranscriptItem]) -> StepState:
         """Call the model once (with retries); return the completed step or end the turn.
 
         A retryable failure before any output retries the step (a ``WarningEvent`` says so);
@@ -314,13 +303,15 @@ class TurnDriver:
         request = AgentInferenceRequest(
             self.model, self.config.instructions, (*history,), self.tools
         )
-        step = _Step()
+        await self._budget.check(self, history)  # BudgetExceeded ends the turn before the call
+        step = StepState()
 
         async def start(number: int) -> AsyncIterator[InferenceEvent]:
             nonlocal step
-            step = _Step(new_id("step"))
+            step = StepState(new_id("step"))
             self._inturn.next_step()
-            await self.sink.record(ModelStepStarted(self.turn_id, step.step_id))
+            started = ModelStepStarted(self.turn_id, step.step_id, self.model, self.engine.id)
+            await self.sink.record(started)
             self._waiting_for = f"engine {self.engine.id!r}"
             ctx = InferenceTurnContext(
                 self.journal.thread_id, self.turn_id, step.step_id, UsagePurpose.TURN, number
@@ -358,7 +349,7 @@ class TurnDriver:
             raise _TurnFailed("the model stream ended without completing")
         return step
 
-    async def _consume(self, step: _Step, event: InferenceEvent) -> bool:
+    async def _consume(self, step: StepState, event: InferenceEvent) -> bool:
         """Emit (deltas, usage) or stage (items) one engine event; False when it ended."""
         if isinstance(event, MessageDelta):
             if event.text:
@@ -381,7 +372,10 @@ class TurnDriver:
             step.items.append(ToolCallRecord(event.id, event.name, event.arguments))
         elif isinstance(event, Usage):
             # Billed as observed, so every attempt is billed whatever happens next.
-            await self.sink.record(UsageUpdated(self.turn_id, event.usage, UsagePurpose.TURN))
+            usage = UsageUpdated(
+                self.turn_id, event.usage, UsagePurpose.TURN, self.model, self.engine.id
+            )
+            await self.sink.record(usage)
         elif is_boundary(event):
             await self._inturn.stage(event)  # in-turn compaction: committed with the step
         elif isinstance(event, ProviderMetadata):

@@ -1,19 +1,20 @@
 """What the turn driver needs from its session and gives back (its seams, as protocols).
 
 A :class:`TurnSink` records a turn's events, an :class:`Inbox` holds its steering, a
-:class:`ToolRunner` runs its tool steps; a :class:`TurnOutcome` says how it ended.
+:class:`ToolRunner` runs its tool steps; a :class:`TurnOutcome` says how it ended and a
+:class:`StepState` what one model step produced so far.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from roder_api.events import AbortReason, AssistantContentDelta, Event
 from roder_api.inference import ToolSpec
-from roder_api.transcript import ToolCallRecord, ToolResultRecord
+from roder_api.transcript import ToolCallRecord, ToolResultRecord, TranscriptItem
 from roder_runtime._journal import Journal
 from roder_runtime._model_call import PreemptSignal
 from roder_runtime._tool_step import CallState
@@ -90,3 +91,15 @@ class TurnOutcome:
     turn_id: str
     reason: AbortReason | None
     last_text: str | None = None
+
+
+@dataclass
+class StepState:
+    """What one model step produced so far (staged; journaled at its end)."""
+
+    step_id: str = ""
+    text: str = ""
+    reasoning: str = ""
+    items: list[TranscriptItem] = field(default_factory=list)
+    completed: bool = False
+    failure: str | None = None

@@ -202,7 +202,9 @@ async def test_e_preempt_cancels_a_stream_blocked_forever(tmp_path: Path) -> Non
         await assert_unchanged(runtime, thread_id, 40)
         events = await journal(runtime, thread_id)
         assert events[-2:] == [
-            UsageUpdated("t9", TokenUsage(30, 10, 40), "discarded_compaction"),
+            UsageUpdated(
+                "t9", TokenUsage(30, 10, 40), "discarded_compaction", "scripted-1", "scripted"
+            ),
             CompactionDiscarded("preempted", "t9"),
         ]
     finally:
@@ -240,7 +242,7 @@ async def test_a_clean_stream_commits_boundary_and_usage_in_one_batch(tmp_path: 
         entries = await (await runtime.store()).read_events(thread_id)
         assert [e.event for e in entries[-3:]] == [
             ItemCompleted("t9", BOUNDARY),
-            UsageUpdated("t9", TokenUsage(30, 10, 40), "compaction"),
+            UsageUpdated("t9", TokenUsage(30, 10, 40), "compaction", "scripted-1", "scripted"),
             CompactionCommitted("t9", "native"),
         ]
         # One atomic batch: the JSONL store writes one line per batch.

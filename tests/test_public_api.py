@@ -19,12 +19,14 @@ MODULES = [
     "roder_api.events",
     "roder_api.extension",
     "roder_api.inference",
+    "roder_api.observers",
     "roder_api.storekit",
     "roder_api.testing",
     "roder_api.testing.conformance",
     "roder_api.testing.loopback",
     "roder_api.threads",
     "roder_api.tools",
+    "roder_api.tracing",
     "roder_api.transcript",
     "roder_runtime",
     "roder_jsonl_thread_store",
@@ -35,6 +37,7 @@ MODULES = [
     "roder_mcp",
     "roder_llm",
     "roder_server",
+    "roder_otel",
 ]
 
 

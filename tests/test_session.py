@@ -101,7 +101,10 @@ async def test_a_turn_streams_persisted_events_in_order(tmp_path: Path) -> None:
             ToolResultRecord("call_1", "lookup", unknown, is_error=True),
             AssistantMessage("You said: hi"),
         ]
-        assert UsageUpdated(turn_id, TokenUsage(10, 3, 13), "turn") in events
+        assert (
+            UsageUpdated(turn_id, TokenUsage(10, 3, 13), "turn", "scripted-default", "scripted")
+            in events
+        )
         assert events[-1] == TurnComplete(turn_id, "You said: hi")  # type: ignore[arg-type]
         assert [e.sequence for e in seen + seen_second] == list(
             range(1, len(seen) + len(seen_second) + 1)

@@ -1,4 +1,4 @@
-"""``roder threads``: list, show, export, delete, fork and prune threads."""
+"""``roder threads``: list, show, export, delete, fork, prune, trace and cost threads."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from roder_runtime._cli._threads_manage import (
     fork_command,
     prune_command,
 )
+from roder_runtime._cli._threads_obs import register as register_observability
 from roder_runtime._cli._threads_show import export_command, show_command
 from roder_runtime._runtime import Runtime
 
@@ -74,6 +75,8 @@ def register(subparsers: Any) -> None:
             "roder threads export ID --format markdown -o thread.md",
             "roder threads fork ID --at 12",
             "roder threads prune --older-than 30d --keep-last 20 --dry-run",
+            "roder threads trace ID -o trace.json",
+            "roder threads cost ID --by turn",
         ),
     )
     sub = parser.add_subparsers(dest="threads_command", metavar="SUBCOMMAND", required=True)
@@ -249,6 +252,8 @@ def register(subparsers: Any) -> None:
     prune_parser.add_argument("-y", "--yes", action="store_true", help="do not ask")
     add_json_flag(prune_parser)
     prune_parser.set_defaults(handler=prune_command)
+
+    register_observability(sub)
 
 
 # --- list -------------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ class AbortReason(_Word):
     RUNTIME_CLOSED = "runtime_closed"
     PROCESS_EXITED = "process_exited"
     TIMEOUT = "timeout"
+    BUDGET_EXCEEDED = "budget_exceeded"
 
 
 def _usage(value: Any) -> TokenUsage:
@@ -84,10 +85,16 @@ class TurnStarted(Record):
 @register("model_step_started")
 @dataclass(frozen=True, slots=True)
 class ModelStepStarted(Record):
-    """A model call (step) of a turn began."""
+    """A model call (step) of a turn began.
+
+    ``model`` and ``provider`` (the engine's id) name what is called; journals written
+    before they were recorded read back with None.
+    """
 
     turn_id: str
     model_step_id: str
+    model: str | None = None
+    provider: str | None = None
 
 
 @register("assistant_content_delta", phase=ContentPhase)
@@ -114,11 +121,17 @@ class ItemCompleted(Record):
 @dataclass(frozen=True, slots=True)
 class UsageUpdated(Record):
     """Tokens billed; ``purpose`` is a :class:`UsagePurpose` (``turn``, ``compaction`` or
-    ``discarded_compaction``), kept as a plain string when read back."""
+    ``discarded_compaction``), kept as a plain string when read back.
+
+    ``model`` and ``provider`` (the engine's id) say what billed them, for pricing; None in
+    journals written before they were recorded (their cost is then unknown).
+    """
 
     turn_id: str | None
     usage: TokenUsage
     purpose: str = UsagePurpose.TURN
+    model: str | None = None
+    provider: str | None = None
 
 
 @register("compaction_started")
@@ -219,7 +232,8 @@ class TurnComplete(Record):
 @dataclass(frozen=True, slots=True)
 class TurnAborted(Record):
     """A turn ended early; ``reason`` is an :class:`AbortReason` (``interrupted``,
-    ``failed``, ``closed``, ``runtime_closed``, ``process_exited``, ``timeout``)."""
+    ``failed``, ``closed``, ``runtime_closed``, ``process_exited``, ``timeout``,
+    ``budget_exceeded``)."""
 
     turn_id: str
     reason: str

@@ -41,6 +41,7 @@ from roder_api.errors import (
     UnknownToolError,
 )
 from roder_api.inference import InferenceEngine
+from roder_api.observers import Observer
 from roder_api.threads import ThreadStoreFactory
 from roder_api.tools import Tool, check_tool_name
 
@@ -59,6 +60,8 @@ class PluginInfo:
     tools: tuple[str, ...] = ()
     misconfigured: Mapping[str, str] = field(default_factory=dict)
     """Ids this plugin could not set up from their settings, each with the reason."""
+    observers: int = 0
+    """How many observers the plugin registered."""
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON object ``roder plugins --json`` prints for this plugin."""
@@ -71,6 +74,7 @@ class PluginInfo:
             "thread_stores": list(self.thread_stores),
             "tools": list(self.tools),
             "misconfigured": dict(self.misconfigured),
+            "observers": self.observers,
             "error": self.error,
         }
 
@@ -93,6 +97,8 @@ class ExtensionRegistry:
     """Ids an installed plugin could not set up from their settings: id -> (plugin, reason)."""
     commands: Mapping[str, Command] = field(default_factory=dict)
     """The ``roder`` sub-commands plugins registered (hook ``register_commands``), by name."""
+    observers: tuple[Observer, ...] = ()
+    """The observers of journaled events (the runtime serves and closes them)."""
 
     def inference_engine(self, engine_id: str) -> InferenceEngine:
         """Return the engine registered as ``engine_id``.
@@ -176,6 +182,7 @@ class ExtensionRegistryBuilder:
         self._commands: dict[str, Command] = {}
         self._sources: dict[str, str] = {}
         self._plugins: list[PluginInfo] = []
+        self._observers: list[Observer] = []
 
     def inference_engine(
         self, engine: InferenceEngine, *, source: str = "a direct registration"
@@ -217,6 +224,13 @@ class ExtensionRegistryBuilder:
         if not isinstance(command, Command):
             raise TypeError(f"expected a roder_api.commands.Command, got {command!r}")
         self._add("command", self._commands, command.name, command, source)
+        return self
+
+    def observer(self, observer: Observer) -> ExtensionRegistryBuilder:
+        """Register an observer of journaled events (see ``roder_api.observers``)."""
+        if not isinstance(observer, Observer):
+            raise TypeError(f"not an observer: {type(observer).__name__} has no observe()")
+        self._observers.append(observer)
         return self
 
     def _add(self, kind: str, table: dict[str, Any], id: str, obj: object, source: str) -> None:
@@ -299,6 +313,7 @@ class ExtensionRegistryBuilder:
         factories: list[ThreadStoreFactory] = []
         tools: list[Tool] = []
         commands: list[Command] = []
+        observers: list[Observer] = []
         source = f"plugin {name!r}"
         misconfigured: dict[str, str] = {}
 
@@ -317,6 +332,7 @@ class ExtensionRegistryBuilder:
             )
             self._call(pm, "register_tools", _collector(tools, Tool))
             pm.hook.register_commands(register=_collector(commands, Command))
+            self._call(pm, "register_observers", _collector(observers, Observer))
             # Check every id before committing any, so a plugin registers all or nothing.
             pending: set[str] = set()
             for engine in engines:
@@ -376,6 +392,7 @@ class ExtensionRegistryBuilder:
             # reports it (by both sources) and `roder plugins` shows it.
             with contextlib.suppress(DuplicateRegistrationError):
                 self.tool(tool, source=source)
+        self._observers.extend(observers)
         return PluginInfo(
             name,
             version,
@@ -385,6 +402,7 @@ class ExtensionRegistryBuilder:
             tuple(_factory_id(f) for f in factories),
             tools=tuple(t.name for t in tools),
             misconfigured=MappingProxyType(dict(misconfigured)),
+            observers=len(observers),
         )
 
     def _call(
@@ -428,6 +446,7 @@ class ExtensionRegistryBuilder:
             tool_conflicts=MappingProxyType(dict(self._tool_conflicts)),
             commands=MappingProxyType(dict(self._commands)),
             misconfigured=MappingProxyType(dict(self._misconfigured)),
+            observers=tuple(self._observers),
         )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from roder_api._markers import hookspec
 from roder_api.commands import Command
 from roder_api.inference import InferenceEngine
+from roder_api.observers import Observer
 from roder_api.threads import ThreadStoreFactory
 from roder_api.tools import Tool
 
@@ -73,4 +74,19 @@ def register_commands(register: Callable[[Command], None]) -> None:
     :class:`roder_api.commands.Command` names the sub-command, adds its arguments and is
     run with a :class:`roder_api.commands.CommandContext`. A name taken by a built-in
     command or another plugin is an error naming both.
+    """
+
+
+@hookspec
+def register_observers(
+    register: Callable[[Observer], None],
+    settings: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """Register observers of journaled events by calling ``register(observer)`` once each.
+
+    Called once when the extension registry is built (``load_entry_points``). An observer
+    (``roder_api.observers.Observer``) gets each batch of events after the store persisted
+    it, from a bounded queue of its own; it can never block or fail a turn. ``settings``
+    (opt-in) is the mapping the other hooks get; ``settings["otel"]`` is the ``[otel]``
+    table.
     """
