@@ -202,8 +202,8 @@
       approve.disabled = deny.disabled = true;
       const path = `${threadPath(view.threadId)}/approvals/${encodeURIComponent(event.call_id)}`;
       api("POST", path, { approved }).catch((error) => {
-        if (error.status === 409) return; // decided meanwhile: the stream says how
-        approve.disabled = deny.disabled = false;
+        // 409: decided meanwhile (the stream says how); anything else can be retried.
+        if (error.status !== 409) approve.disabled = deny.disabled = false;
         notice(`Answering the approval failed: ${error.message}`);
       });
     };
@@ -300,7 +300,9 @@
   }
 
   function onStreamed(message) {
-    if (!view || message.target !== view.source) return;
+    // A journal event named "error" shares its name with EventSource's own error event;
+    // only a message carries data.
+    if (!view || message.target !== view.source || typeof message.data !== "string") return;
     const entry = JSON.parse(message.data);
     streamState("live");
     if (entry.sequence <= view.lastSequence) {
@@ -322,8 +324,8 @@
     view.source = source;
     for (const type of EVENT_TYPES) source.addEventListener(type, onStreamed);
     source.addEventListener("open", () => streamState("live"));
-    source.addEventListener("error", () => {
-      if (view.source !== source) return;
+    source.addEventListener("error", (event) => {
+      if (!view || view.source !== source || event instanceof MessageEvent) return;
       // CONNECTING: the browser reconnects by itself, sending Last-Event-ID. CLOSED: the
       // server answered with an error (a restart's 503, say): open again after a pause.
       streamState("reconnecting");
