@@ -59,9 +59,7 @@ def measure(
     """Return runs/s and the median time to first event of ``langgraph dev``, or a note."""
     command = _command()
     if command is None:
-        return {
-            "note": "langgraph-cli[inmem] is not installed (pip install -e '.[bench]'): skipped"
-        }
+        return {"note": "langgraph-cli[inmem] is not installed (the bench extra): skipped"}
     with tempfile.TemporaryDirectory() as directory:
         root = Path(directory)
         (root / "graph.py").write_text(GRAPH)
