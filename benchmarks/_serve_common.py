@@ -99,7 +99,8 @@ class ServeProcess:
         self.url = line[len(PREFIX) :].strip()
         self.port = int(self.url.rsplit(":", 1)[1])
         # Keep reading stderr so that the server never blocks on a full pipe.
-        threading.Thread(target=self.proc.stderr.read, daemon=True).start()
+        self._drain = threading.Thread(target=self.proc.stderr.read, daemon=True)
+        self._drain.start()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
@@ -115,16 +116,24 @@ class ServeProcess:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+        self._close()
+
+    def _close(self) -> None:
+        if self.proc is not None and self.proc.stderr is not None and not self.proc.stderr.closed:
+            self._drain.join(10)
+            self.proc.stderr.close()
 
     def stop(self) -> None:
         """SIGTERM the server and wait (SIGKILL after 20 s)."""
         if self.proc is None or self.proc.poll() is not None:
+            self._close()
             return
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(20)
         except subprocess.TimeoutExpired:
             self.kill()
+        self._close()
 
     def drop_schema(self) -> None:
         """Drop the PostgreSQL schema (and its tenants') this server used."""
