@@ -28,7 +28,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _torture import crash, faults, hostile, leases, load, tools  # noqa: E402 - after the path
+from _torture import crash, faults, hostile, leases, load, serve, tools  # noqa: E402 - after the path
 from _torture.stats import KindStats, table  # noqa: E402
 from _torture.stores import (  # noqa: E402
     StoreSpec,
@@ -46,6 +46,7 @@ FULL = {
     "tools": 300,
     "lease_lost": 30,
     "forked": 20,
+    "serve": 200,
     "faults": 12,
     "hostile": 1000,
     "load_s": 10.0,
@@ -59,6 +60,7 @@ QUICK = {
     "tools": 6,
     "lease_lost": 2,
     "forked": 1,
+    "serve": 3,
     "faults": 1,
     "hostile": 60,
     "load_s": 2.0,
@@ -110,7 +112,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """Run every section; return the JSON report."""
     plan = QUICK if args.quick else FULL
     sections = (
-        set(args.only.split(",")) if args.only else {"crash", "leases", "faults", "hostile", "load"}
+        set(args.only.split(","))
+        if args.only
+        else {"crash", "leases", "faults", "hostile", "load", "serve"}
     )
     kinds: list[KindStats] = []
     specs = store_specs(workdir / "stores")
@@ -174,6 +178,15 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     seed=args.seed * 100 + number,
                 )
             )
+    if "serve" in sections and importlib.util.find_spec("roder_server") is not None:
+        # roder serve SIGKILLed during runs and streams, restarted on the same port.
+        progress(
+            await anyio.to_thread.run_sync(
+                lambda: serve.run_serve_trials(
+                    int(plan["serve"]), workdir / "serve", seed=args.seed
+                )
+            )
+        )
     if "faults" in sections:
         for number, spec in enumerate(specs):
             if spec.backend != "jsonl":
@@ -239,7 +252,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "kill_trials": sum(
             k.trials
             for k in kinds
-            if k.kind.split(" / ")[0] in (*crash.MODES, "tools", "forked child")
+            if k.kind.split(" / ")[0] in (*crash.MODES, "tools", "forked child", "serve")
         ),
         "kinds": [k.to_json() for k in kinds],
         "load": [r.to_json() for r in load_results],
@@ -255,7 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a bounded run for CI")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
-    parser.add_argument("--only", help="comma list of sections: crash,leases,faults,hostile,load")
+    parser.add_argument(
+        "--only", help="comma list of sections: crash,leases,faults,hostile,load,serve"
+    )
     parser.add_argument("--sessions", type=int, default=100, help="concurrent load streams")
     parser.add_argument(
         "--start-method",

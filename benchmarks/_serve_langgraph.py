@@ -1,0 +1,139 @@
+"""serve_bench.py's peer: ``langgraph dev`` (``langgraph-cli[inmem]``) serving a one-node echo
+graph, measured with the same runs/s and time-to-first-event workloads. Optional: without
+the ``langgraph`` command the figures are skipped with a note."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+GRAPH = """
+from typing import TypedDict
+
+from langgraph.graph import END, START, StateGraph
+
+
+class State(TypedDict):
+    text: str
+
+
+def echo(state: State) -> State:
+    return {"text": "You said: " + state["text"]}
+
+
+builder = StateGraph(State)
+builder.add_node("echo", echo)
+builder.add_edge(START, "echo")
+builder.add_edge("echo", END)
+graph = builder.compile()
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _command() -> str | None:
+    local = Path(sys.executable).with_name("langgraph")
+    return str(local) if local.exists() else shutil.which("langgraph")
+
+
+def measure(
+    runs: int, samples: int, *, runs_per_second_of: Callable[[Callable[[], None], int], float]
+) -> dict[str, Any]:
+    """Return runs/s and the median time to first event of ``langgraph dev``, or a note."""
+    command = _command()
+    if command is None:
+        return {"note": "langgraph-cli[inmem] is not installed (the bench extra): skipped"}
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        (root / "graph.py").write_text(GRAPH)
+        (root / "langgraph.json").write_text(
+            '{"dependencies": ["."], "graphs": {"echo": "./graph.py:graph"}}'
+        )
+        port = _free_port()
+        env = {
+            **os.environ,
+            "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+            "LANGSMITH_TRACING": "false",
+            "LANGCHAIN_TRACING_V2": "false",
+        }
+        proc = subprocess.Popen(
+            [command, "dev", "--port", str(port), "--no-browser", "--no-reload"],
+            cwd=root,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            if not _wait_up(url, proc):
+                return {"note": "langgraph dev did not start: skipped"}
+            return _measure(url, runs, samples, runs_per_second_of)
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+def _wait_up(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 120) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(url + "/ok", timeout=5).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def _measure(
+    url: str,
+    runs: int,
+    samples: int,
+    runs_per_second_of: Callable[[Callable[[], None], int], float],
+) -> dict[str, Any]:
+    body = {"assistant_id": "echo", "input": {"text": "hello there"}}
+
+    def one_run() -> None:
+        with httpx.Client(base_url=url, timeout=60) as c:
+            tid = c.post("/threads", json={}).json()["thread_id"]
+            response = c.post(f"/threads/{tid}/runs/wait", json=body)
+            assert response.status_code == 200, response.text
+
+    rate = runs_per_second_of(one_run, runs)
+    firsts: list[float] = []
+    for _ in range(samples):
+        with httpx.Client(base_url=url, timeout=60) as c:
+            tid = c.post("/threads", json={}).json()["thread_id"]
+            start = time.perf_counter()
+            got = threading.Event()
+            with c.stream(
+                "POST", f"/threads/{tid}/runs/stream", json={**body, "stream_mode": "values"}
+            ) as stream:
+                for line in stream.iter_lines():
+                    if line.startswith("event:") and not got.is_set():
+                        firsts.append((time.perf_counter() - start) * 1000)
+                        got.set()
+    return {"runs_per_s": rate, "first_event_ms": statistics.median(firsts)}

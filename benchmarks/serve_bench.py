@@ -1,0 +1,280 @@
+"""``roder serve`` over HTTP: runs per second, time to first streamed event, persist-to-client
+latency of many concurrent streams, and the memory of idle streams.
+
+Real ``roder serve`` processes on a JSONL store (and PostgreSQL with two workers when it
+answers), the scripted engine, clients over real sockets:
+
+- runs/s: runs posted by 16 client threads, each answered once its stream says the turn
+  ended (``?until=turn_end``);
+- time to first event: a stream is open on a fresh thread, then the run is posted; the
+  time from the POST to the first SSE message;
+- persist-to-client p50/p99: 100 concurrent streaming runs; for every event, the client's
+  clock when it arrives minus its ``recorded_at_ms`` (journaled), next to the same figure
+  in process (a session's ``next_event`` minus ``recorded_at_ms``, 100 sessions at once);
+- RSS of one worker holding 1,000 idle streams.
+
+With ``langgraph-cli[inmem]`` installed (the ``bench`` extra), the runs/s and
+time-to-first-event workloads also run against ``langgraph dev`` serving a one-node echo
+graph; otherwise the table says it was skipped.
+
+    python benchmarks/serve_bench.py                 # the table (medians)
+    python benchmarks/serve_bench.py --quick         # a short run (CI smoke)
+    python benchmarks/serve_bench.py --json out.json # also write the figures as JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _serve_langgraph  # noqa: E402 - after the path setup
+from _serve_common import (  # noqa: E402
+    ServeProcess,
+    first_event_ms,
+    postgres_dsn,
+    rss_kib,
+    stream_run,
+)
+
+CLIENTS = 16
+
+
+def runs_per_second(url: str, runs: int) -> float:
+    """Return the runs per second ``CLIENTS`` threads get, each run on its own thread."""
+    with httpx.Client(base_url=url, timeout=60) as c:
+        threads = [c.post("/v1/threads", json={}).json()["thread_id"] for _ in range(runs)]
+
+    def one(tid: str) -> None:
+        stream_run(url, tid, "hello there", lambda _: None)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        list(pool.map(one, threads))
+    return runs / (time.perf_counter() - start)
+
+
+def time_to_first_event(url: str, samples: int) -> float:
+    """Return the median ms from POSTing a run to its first streamed event."""
+    times = [first_event_ms(url) for _ in range(samples)]
+    return statistics.median(times)
+
+
+def persist_to_client(url: str, streams: int) -> list[float]:
+    """Return the persist-to-client ms of every event of ``streams`` concurrent runs."""
+    with httpx.Client(base_url=url, timeout=60) as c:
+        threads = [c.post("/v1/threads", json={}).json()["thread_id"] for _ in range(streams)]
+    lags: list[float] = []
+    lock = threading.Lock()
+
+    def record(entry: dict[str, Any]) -> None:
+        lag = time.time() * 1000 - entry["recorded_at_ms"]
+        with lock:
+            lags.append(lag)
+
+    text = " ".join(f"w{i}" for i in range(20))
+    with ThreadPoolExecutor(streams) as pool:
+        list(pool.map(lambda tid: stream_run(url, tid, text, record), threads))
+    return lags
+
+
+def in_process_persist_to_deliver(streams: int) -> list[float]:
+    """Return the persist-to-deliver ms of every event of ``streams`` sessions in process."""
+    import anyio
+
+    from roder_api import ExtensionRegistryBuilder
+    from roder_api.events import TurnAborted, TurnComplete
+    from roder_api.testing import ScriptedEngine
+    from roder_jsonl_thread_store import JsonlThreadStoreFactory
+    from roder_runtime import Runtime, RuntimeConfig, UserInput
+
+    lags: list[float] = []
+    text = " ".join(f"w{i}" for i in range(20))
+
+    async def main(directory: Path) -> None:
+        builder = ExtensionRegistryBuilder().inference_engine(ScriptedEngine(delta_delay=0.02))
+        builder.thread_store_factory(JsonlThreadStoreFactory(base_path=directory))
+        async with Runtime(builder.build(), RuntimeConfig()) as runtime:
+
+            async def one(i: int) -> None:
+                tid = f"t{i}"
+                await runtime.create_thread(tid)
+                async with runtime.start_session(tid) as session:
+                    await session.submit(UserInput(text))
+                    while True:
+                        entry = await session.next_event()
+                        lags.append(time.time() * 1000 - entry.recorded_at_ms)
+                        if isinstance(entry.event, (TurnComplete, TurnAborted)):
+                            return
+
+            async with anyio.create_task_group() as tg:
+                for i in range(streams):
+                    tg.start_soon(one, i)
+
+    with tempfile.TemporaryDirectory() as directory:
+        anyio.run(main, Path(directory))
+    return lags
+
+
+def idle_streams_rss_mib(server: ServeProcess, count: int) -> float:
+    """Return the server's RSS (MiB, all its processes) while ``count`` streams are open."""
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        tid = c.post("/v1/threads", json={}).json()["thread_id"]
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    sockets: list[socket.socket] = []
+    request = (
+        f"GET /v1/threads/{tid}/stream HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream"
+        "\r\n\r\n"
+    ).encode()
+    try:
+        for _ in range(count):
+            sock = socket.create_connection((host, int(port)), timeout=30)
+            sock.sendall(request)
+            sockets.append(sock)
+        for sock in sockets:  # every stream answered: its headers and `retry:` arrived
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200"), "a stream was refused"
+        time.sleep(1.0)
+        return rss_kib(server.pid) / 1024
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def measure(quick: bool) -> dict[str, Any]:
+    """Run every workload; return the figures."""
+    runs = 20 if quick else 120
+    samples = 5 if quick else 30
+    streams = 20 if quick else 100
+    idle = 50 if quick else 1000
+    repeats = 1 if quick else 3
+    result: dict[str, Any] = {"quick": quick}
+    with tempfile.TemporaryDirectory() as directory:
+        home = Path(directory)
+        fast = ServeProcess(home / "fast", "jsonl", delta_delay_ms=0, max_streams=idle + 100)
+        with fast:
+            result["runs_per_s"] = statistics.median(
+                runs_per_second(fast.url, runs) for _ in range(repeats)
+            )
+            result["first_event_ms"] = time_to_first_event(fast.url, samples)
+            result["idle_streams"] = idle
+            result["idle_streams_rss_mib"] = idle_streams_rss_mib(fast, idle)
+        slow = ServeProcess(home / "slow", "jsonl", delta_delay_ms=20, max_streams=streams + 50)
+        with slow:
+            lags = persist_to_client(slow.url, streams)
+        result["concurrent_streams"] = streams
+        result["persist_to_client_p50_ms"] = _percentile(lags, 0.5)
+        result["persist_to_client_p99_ms"] = _percentile(lags, 0.99)
+        local = in_process_persist_to_deliver(streams)
+        result["in_process_p50_ms"] = _percentile(local, 0.5)
+        result["in_process_p99_ms"] = _percentile(local, 0.99)
+        dsn = postgres_dsn()
+        if dsn is None:
+            result["postgres_note"] = "PostgreSQL is not reachable: skipped"
+        else:
+            schema = f"roder_serve_bench_{uuid.uuid4().hex[:8]}"
+            pg = ServeProcess(
+                home / "pg", "postgres", dsn=dsn, schema=schema, workers=2, delta_delay_ms=0
+            )
+            try:
+                with pg:
+                    result["postgres_2_workers_runs_per_s"] = statistics.median(
+                        runs_per_second(pg.url, runs) for _ in range(repeats)
+                    )
+            finally:
+                pg.drop_schema()
+    result["langgraph"] = _serve_langgraph.measure(runs, samples, runs_per_second_of=_lg_runs)
+    return result
+
+
+def _lg_runs(run_one: Callable[[], None], runs: int) -> float:
+    start = time.perf_counter()
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        list(pool.map(lambda _: run_one(), range(runs)))
+    return runs / (time.perf_counter() - start)
+
+
+def print_table(result: dict[str, Any]) -> None:
+    """Print the figures as a table."""
+    lg = result["langgraph"]
+    rows = [
+        ("runs/s, 1 worker (JSONL)", f"{result['runs_per_s']:.1f}", _lg(lg, "runs_per_s", 1)),
+        (
+            "runs/s, 2 workers (PostgreSQL)",
+            f"{result['postgres_2_workers_runs_per_s']:.1f}"
+            if "postgres_2_workers_runs_per_s" in result
+            else result.get("postgres_note", "-"),
+            "",
+        ),
+        (
+            "time to first event after POST",
+            f"{result['first_event_ms']:.1f} ms",
+            _lg(lg, "first_event_ms", 1, " ms"),
+        ),
+        (
+            f"persist-to-client p50 / p99 ({result['concurrent_streams']} streams)",
+            f"{result['persist_to_client_p50_ms']:.1f} / "
+            f"{result['persist_to_client_p99_ms']:.1f} ms",
+            "",
+        ),
+        (
+            "in-process persist-to-deliver p50 / p99",
+            f"{result['in_process_p50_ms']:.1f} / {result['in_process_p99_ms']:.1f} ms",
+            "",
+        ),
+        (
+            f"RSS, {result['idle_streams']} idle streams",
+            f"{result['idle_streams_rss_mib']:.0f} MiB",
+            "",
+        ),
+    ]
+    width = max(len(r[0]) for r in rows)
+    print(
+        f"{'roder serve' + (' (quick)' if result['quick'] else ''):<{width}}  "
+        f"{'roder':>16}  {'langgraph dev':>14}"
+    )
+    print("-" * (width + 34))
+    for name, ours, theirs in rows:
+        print(f"{name:<{width}}  {ours:>16}  {theirs:>14}")
+    if "note" in lg:
+        print(f"langgraph: {lg['note']}")
+
+
+def _lg(lg: dict[str, Any], key: str, digits: int, unit: str = "") -> str:
+    return f"{lg[key]:.{digits}f}{unit}" if key in lg else "skipped"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; print the table (and write JSON with ``--json PATH``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    args = parser.parse_args(argv)
+    result = measure(args.quick)
+    print_table(result)
+    if args.json:
+        Path(args.json).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    raise SystemExit(main())
