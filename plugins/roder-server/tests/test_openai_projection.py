@@ -9,16 +9,15 @@ from typing import Any
 
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
+from roder_server.openai._projection import ResponseProjection, turn_id_of
 
 from roder_api import ExtensionRegistryBuilder
 from roder_api.events import JournalEvent
 from roder_api.inference import Completed, MessageDelta, ReasoningDelta, TokenUsage, Usage
 from roder_api.testing import ScriptedEngine
-from roder_api.testing._scripted import tool_call
 from roder_api.tools import tool
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig
-from roder_server.openai._projection import ResponseProjection, turn_id_of
 
 pytestmark = pytest.mark.anyio
 
