@@ -251,7 +251,7 @@ class ResponseProjection:
         return self._reasoning
 
     def _delta(self, out: list[dict[str, Any]], event: AssistantContentDelta) -> None:
-        if event.phase is ContentPhase.REASONING or event.phase == "reasoning":
+        if event.phase is ContentPhase.REASONING:
             opened = self._open_reasoning(out)
             kind = "response.reasoning_text.delta"
             opened.text += event.delta
