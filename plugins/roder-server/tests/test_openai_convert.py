@@ -8,15 +8,6 @@ from typing import Any
 import pytest
 from openai.types import Model
 from openai.types.conversations import ConversationItem
-from roder_server.openai._convert import (
-    ApprovalAnswer,
-    FunctionOutput,
-    OpenAIError,
-    item_json,
-    model_json,
-    parse_input,
-    split_model,
-)
 
 from roder_api.transcript import (
     AssistantMessage,
@@ -25,6 +16,15 @@ from roder_api.transcript import (
     ToolCallRecord,
     ToolResultRecord,
     UserMessage,
+)
+from roder_server.openai._convert import (
+    ApprovalAnswer,
+    FunctionOutput,
+    OpenAIError,
+    item_json,
+    model_json,
+    parse_input,
+    split_model,
 )
 
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
-from roder_server.openai._projection import ResponseProjection, turn_id_of
 
 from roder_api import ExtensionRegistryBuilder
 from roder_api.events import JournalEvent
@@ -18,6 +17,7 @@ from roder_api.testing import ScriptedEngine
 from roder_api.tools import tool
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig
+from roder_server.openai._projection import ResponseProjection, turn_id_of
 
 pytestmark = pytest.mark.anyio
 

@@ -1,0 +1,474 @@
+"""The OpenAI-compatible routes: ``/v1/responses``, ``/v1/conversations``, ``/v1/models``.
+
+A conversation is a thread; a response is a turn (``resp_<turn id>``). The turn id names
+its thread (``<thread id>.r<hex>``), so any worker finds a response's thread from its id
+alone. What a request asked for that the journal does not hold (the model as asked, the
+instructions, the tools, ``previous_response_id``, ``background``) is kept in the thread's
+``extra`` under ``openai_responses`` before the run is submitted, so every worker rebuilds
+the same Response and the same stream from the journal: nothing lives in process memory.
+Errors are in the OpenAI shape (``{"error": {"message", "type", "param", "code"}}``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from roder_api.errors import RoderError, ThreadNotFoundError
+from roder_api.events import ItemCompleted, JournalEvent
+from roder_api.inference import InferenceProviderContext
+from roder_api.threads import ThreadStore, validate_thread_id
+from roder_server.openai._convert import (
+    OpenAIError,
+    bad_request,
+    item_json,
+    model_json,
+    not_found,
+    parse_input,
+    split_model,
+)
+from roder_server.openai._projection import ResponseProjection, response_id, turn_id_of
+
+EXTRA_KEY = "openai_responses"
+"""The thread ``extra`` key holding each response's request parameters, by turn id."""
+
+_PAGE = 512
+_WAIT_S = 5.0
+_FIELDS = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "conversation",
+        "previous_response_id",
+        "tools",
+        "stream",
+        "background",
+        "store",
+        "metadata",
+        "tool_choice",
+        "parallel_tool_calls",
+        "temperature",
+        "top_p",
+        "max_output_tokens",
+        "user",
+        "truncation",
+        "text",
+        "reasoning",
+        "include",
+    }
+)
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _error(status: int, message: str, kind: str) -> OpenAIError:
+    return OpenAIError(status, message, kind=kind)
+
+
+def _openai(endpoint: Endpoint) -> Endpoint:
+    """Answer every failure of ``endpoint`` in the OpenAI error shape."""
+
+    async def handle(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except OpenAIError as exc:
+            return _json(exc.body(), exc.status)
+        except ThreadNotFoundError as exc:
+            return _json(not_found(str(exc)).body(), 404)
+        except (RoderError, ValueError) as exc:
+            status = getattr(exc, "status", None)
+            if isinstance(status, int) and 400 <= status < 600:  # the core's Problem
+                kind = "invalid_request_error" if status < 500 else "server_error"
+                return _json(_error(status, str(getattr(exc, "detail", exc)), kind).body(), status)
+            return _json(bad_request(str(exc)).body(), 400)
+        except Exception as exc:  # noqa: BLE001 - the core's Problem and the rest
+            status = getattr(exc, "status", None)
+            if isinstance(status, int) and 400 <= status < 600:
+                kind = "invalid_request_error" if status < 500 else "server_error"
+                return _json(_error(status, str(getattr(exc, "detail", exc)), kind).body(), status)
+            raise
+
+    return handle
+
+
+def _tenant(request: Request) -> Any:
+    return request.app.state.server.for_request(request)
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    try:
+        data = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(f"the body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise bad_request("the body must be a JSON object")
+    return data
+
+
+def _thread_of(resp_id: str) -> tuple[str, str]:
+    """Return ``(thread id, turn id)`` of a response id, or raise 404."""
+    turn_id = turn_id_of(resp_id)
+    thread_id, dot, rest = (turn_id or "").rpartition(".")
+    if not dot or not rest.startswith("r"):
+        raise not_found(f"no response {resp_id!r}", "response_id")
+    try:
+        return validate_thread_id(thread_id), turn_id or ""
+    except ValueError:
+        raise not_found(f"no response {resp_id!r}", "response_id") from None
+
+
+def _conversation_id(value: Any) -> str:
+    if isinstance(value, Mapping):
+        value = value.get("id")
+    try:
+        return validate_thread_id(value)
+    except ValueError:
+        raise bad_request(
+            f"'conversation' {value!r} is not a conversation id", "conversation"
+        ) from None
+
+
+async def _params(store: ThreadStore, thread_id: str, turn_id: str) -> dict[str, Any]:
+    extra = (await store.get_thread(thread_id)).extra or {}
+    found = dict(extra.get(EXTRA_KEY) or {}).get(turn_id)
+    if not isinstance(found, Mapping):
+        raise not_found(f"no response {response_id(turn_id)!r}", "response_id")
+    return dict(found)
+
+
+def _projection(thread_id: str, turn_id: str, params: Mapping[str, Any]) -> ResponseProjection:
+    tools = [t for t in params.get("tools") or () if isinstance(t, Mapping)]
+    return ResponseProjection(
+        thread_id=thread_id,
+        turn_id=turn_id,
+        model=str(params.get("model", "")),
+        client_tools=frozenset(str(t.get("name")) for t in tools if t.get("type") == "function"),
+        instructions=params.get("instructions"),
+        previous_response_id=params.get("previous_response_id"),
+        tools=tools,
+        background=bool(params.get("background")),
+        metadata=dict(params.get("metadata") or {}),
+    )
+
+
+async def _fold(
+    store: ThreadStore, projection: ResponseProjection, *, follow: bool
+) -> AsyncIterator[dict[str, Any]]:
+    """Yield the stream events of a response from the journal: the journal read in pages,
+    never skipping a sequence; with ``follow``, waiting for more until the turn ends."""
+    after = 0
+    while not projection.done:
+        entries = await store.read_events(projection.thread_id, after=after, limit=_PAGE)
+        for entry in entries:
+            if entry.sequence != after + 1:
+                break  # read again from the last sequence folded
+            after = entry.sequence
+            for event in projection.feed(entry):
+                yield event
+        if projection.done or len(entries) >= _PAGE:
+            continue
+        if not follow:
+            return
+        await store.wait_for_events(projection.thread_id, after, _WAIT_S)
+
+
+def _sse(events: AsyncIterator[dict[str, Any]], starting_after: int) -> StreamingResponse:
+    async def body() -> AsyncIterator[bytes]:
+        async for event in events:
+            if event["sequence_number"] > starting_after:
+                data = orjson.dumps(event)
+                yield b"event: %s\ndata: %s\n\n" % (event["type"].encode(), data)
+
+    return StreamingResponse(
+        body(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _remember(
+    store: ThreadStore, thread_id: str, turn_id: str, params: Mapping[str, Any]
+) -> None:
+    metadata = await store.get_thread(thread_id)
+    extra = dict(metadata.extra or {})
+    responses = dict(extra.get(EXTRA_KEY) or {})
+    responses[turn_id] = dict(params)
+    extra[EXTRA_KEY] = responses
+    await store.update_thread(thread_id, extra=extra)
+
+
+# --- responses --------------------------------------------------------------------------
+
+
+async def create_response(request: Request) -> Response:
+    body = await _body(request)
+    unknown = sorted(set(body) - _FIELDS)
+    if unknown:
+        raise bad_request(f"unknown parameter {unknown[0]!r}", unknown[0])
+    if body.get("store") is False:
+        raise bad_request("store=false is not supported: every response is a durable turn", "store")
+    tenant = _tenant(request)
+    runtime = tenant.runtime
+    engines = list(runtime.registry.engines)
+    default_engine = runtime.engine(None).id
+    engine, model = split_model(body.get("model"), engines, default_engine)
+    runtime.engine(engine)
+    parsed = parse_input(body.get("input"))
+    tools = body.get("tools") or []
+    if not isinstance(tools, list) or any(
+        not isinstance(t, Mapping) or t.get("type") != "function" for t in tools
+    ):
+        raise bad_request("only 'function' tools are accepted in 'tools'", "tools")
+    if tools or parsed.outputs or parsed.approvals:
+        raise bad_request(
+            "function tools, function_call_output and mcp_approval_response are not served "
+            "by this server yet",
+            "tools" if tools else "input",
+        )
+    if parsed.text is None:
+        raise bad_request("'input' holds no user message", "input")
+    conversation, previous = body.get("conversation"), body.get("previous_response_id")
+    if conversation is not None and previous is not None:
+        raise bad_request("give 'conversation' or 'previous_response_id', not both", "conversation")
+    store = await tenant.store()
+    if previous is not None:
+        if not isinstance(previous, str):
+            raise bad_request("'previous_response_id' must be a string", "previous_response_id")
+        thread_id, previous_turn = _thread_of(previous)
+        await _params(store, thread_id, previous_turn)  # 404 for an unknown response
+    elif conversation is not None:
+        thread_id = _conversation_id(conversation)
+        await store.get_thread(thread_id)
+    else:
+        thread_id = (await runtime.create_thread()).thread_id
+    turn_id = f"{thread_id}.r{uuid.uuid4().hex[:20]}"
+    params = {
+        "model": f"{engine}/{model}",
+        "instructions": body.get("instructions"),
+        "previous_response_id": previous,
+        "tools": tools,
+        "background": bool(body.get("background")),
+        "metadata": body.get("metadata") or {},
+        "created_at": int(time.time()),
+    }
+    with anyio.CancelScope(shield=True):  # a client that leaves does not cancel the run
+        await _remember(store, thread_id, turn_id, params)
+        await tenant.dispatcher.submit(
+            thread_id, parsed.text, turn_id=turn_id, engine=engine, model=model
+        )
+    projection = _projection(thread_id, turn_id, params)
+    if body.get("stream"):
+        return _sse(_fold(store, projection, follow=True), -1)
+    follow = not body.get("background")
+    async for _ in _fold(store, projection, follow=follow):
+        pass
+    return _json(projection.response())
+
+
+async def get_response(request: Request) -> Response:
+    thread_id, turn_id = _thread_of(request.path_params["response_id"])
+    store = await _tenant(request).store()
+    projection = _projection(thread_id, turn_id, await _params(store, thread_id, turn_id))
+    if request.query_params.get("stream") in ("true", "1"):
+        text = request.query_params.get("starting_after") or "-1"
+        try:
+            starting_after = int(text)
+        except ValueError:
+            raise bad_request("'starting_after' must be an integer", "starting_after") from None
+        return _sse(_fold(store, projection, follow=True), starting_after)
+    async for _ in _fold(store, projection, follow=False):
+        pass
+    return _json(projection.response())
+
+
+async def cancel_response(request: Request) -> Response:
+    thread_id, turn_id = _thread_of(request.path_params["response_id"])
+    tenant = _tenant(request)
+    store = await tenant.store()
+    projection = _projection(thread_id, turn_id, await _params(store, thread_id, turn_id))
+    async for _ in _fold(store, projection, follow=False):
+        pass
+    if not projection.done:
+        if not await tenant.dispatcher.interrupt(thread_id, turn_id):
+            raise OpenAIError(
+                409, "another server process runs this response; cancel it there", kind="conflict"
+            )
+        with anyio.move_on_after(10):
+            async for _ in _fold(store, projection, follow=True):
+                pass
+    return _json(projection.response())
+
+
+async def delete_response(request: Request) -> Response:
+    resp_id = request.path_params["response_id"]
+    thread_id, turn_id = _thread_of(resp_id)
+    store = await _tenant(request).store()
+    await _params(store, thread_id, turn_id)
+    metadata = await store.get_thread(thread_id)
+    extra = dict(metadata.extra or {})
+    responses = dict(extra.get(EXTRA_KEY) or {})
+    responses.pop(turn_id, None)
+    extra[EXTRA_KEY] = responses
+    await store.update_thread(thread_id, extra=extra)
+    return _json({"id": resp_id, "object": "response.deleted", "deleted": True})
+
+
+def _items_of(entries: list[JournalEvent], turn_id: str | None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for entry in entries:
+        event = entry.event
+        if not isinstance(event, ItemCompleted):
+            continue
+        if turn_id is not None and event.turn_id != turn_id:
+            continue
+        item = item_json(event.item, f"item_{entry.sequence}")
+        if item is not None:
+            out.append(item)
+    return out
+
+
+def _list(data: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": False,
+    }
+
+
+async def response_input_items(request: Request) -> Response:
+    thread_id, turn_id = _thread_of(request.path_params["response_id"])
+    store = await _tenant(request).store()
+    await _params(store, thread_id, turn_id)
+    entries = await store.read_events(thread_id)
+    items = [i for i in _items_of(entries, turn_id) if i.get("role") == "user"]
+    return _json(_list(items))
+
+
+# --- conversations ----------------------------------------------------------------------
+
+
+def _conversation_json(metadata: Any) -> dict[str, Any]:
+    extra = dict(metadata.extra or {})
+    return {
+        "id": metadata.thread_id,
+        "object": "conversation",
+        "created_at": metadata.created_at_ms // 1000,
+        "metadata": dict(extra.get("metadata") or {}),
+    }
+
+
+async def create_conversation(request: Request) -> Response:
+    body = await _body(request)
+    metadata = body.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise bad_request("'metadata' must be an object", "metadata")
+    if body.get("items"):
+        raise bad_request("initial 'items' are not supported; send them as input", "items")
+    created = await _tenant(request).runtime.create_thread(extra={"metadata": dict(metadata)})
+    return _json(_conversation_json(created))
+
+
+async def get_conversation(request: Request) -> Response:
+    thread_id = _conversation_id(request.path_params["conversation_id"])
+    store = await _tenant(request).store()
+    return _json(_conversation_json(await store.get_thread(thread_id)))
+
+
+async def update_conversation(request: Request) -> Response:
+    thread_id = _conversation_id(request.path_params["conversation_id"])
+    body = await _body(request)
+    metadata = body.get("metadata")
+    if not isinstance(metadata, Mapping):
+        raise bad_request("'metadata' must be an object", "metadata")
+    store = await _tenant(request).store()
+    extra = dict((await store.get_thread(thread_id)).extra or {})
+    extra["metadata"] = dict(metadata)
+    return _json(_conversation_json(await store.update_thread(thread_id, extra=extra)))
+
+
+async def delete_conversation(request: Request) -> Response:
+    thread_id = _conversation_id(request.path_params["conversation_id"])
+    store = await _tenant(request).store()
+    await store.get_thread(thread_id)
+    await store.delete_thread(thread_id)
+    return _json({"id": thread_id, "object": "conversation.deleted", "deleted": True})
+
+
+async def conversation_items(request: Request) -> Response:
+    thread_id = _conversation_id(request.path_params["conversation_id"])
+    store = await _tenant(request).store()
+    await store.get_thread(thread_id)
+    items = _items_of(await store.read_events(thread_id), None)
+    if request.query_params.get("order") == "desc":
+        items.reverse()
+    return _json(_list(items))
+
+
+async def add_conversation_items(request: Request) -> Response:
+    thread_id = _conversation_id(request.path_params["conversation_id"])
+    raise bad_request(
+        f"adding items to conversation {thread_id!r} directly is not supported: send them as "
+        "the input of a response",
+        "items",
+    )
+
+
+# --- models -----------------------------------------------------------------------------
+
+
+async def list_models(request: Request) -> Response:
+    runtime = _tenant(request).runtime
+    data: list[dict[str, Any]] = []
+    for engine_id, engine in sorted(runtime.registry.engines.items()):
+        ctx = InferenceProviderContext(settings=dict(runtime.config.engines.get(engine_id, {})))
+        try:
+            with anyio.fail_after(10):
+                names = [m.id for m in await engine.list_models(ctx)]
+        except Exception:  # noqa: BLE001 - an engine that cannot list still has its default
+            names = []
+        names = names or [runtime.default_model(engine)]
+        data += [model_json(engine_id, name) for name in names]
+    return _json({"object": "list", "data": data})
+
+
+ROUTES = [
+    Route("/v1/responses", _openai(create_response), methods=["POST"]),
+    Route("/v1/responses/{response_id}", _openai(get_response), methods=["GET"]),
+    Route("/v1/responses/{response_id}", _openai(delete_response), methods=["DELETE"]),
+    Route("/v1/responses/{response_id}/cancel", _openai(cancel_response), methods=["POST"]),
+    Route(
+        "/v1/responses/{response_id}/input_items",
+        _openai(response_input_items),
+        methods=["GET"],
+    ),
+    Route("/v1/conversations", _openai(create_conversation), methods=["POST"]),
+    Route("/v1/conversations/{conversation_id}", _openai(get_conversation), methods=["GET"]),
+    Route("/v1/conversations/{conversation_id}", _openai(update_conversation), methods=["POST"]),
+    Route("/v1/conversations/{conversation_id}", _openai(delete_conversation), methods=["DELETE"]),
+    Route(
+        "/v1/conversations/{conversation_id}/items", _openai(conversation_items), methods=["GET"]
+    ),
+    Route(
+        "/v1/conversations/{conversation_id}/items",
+        _openai(add_conversation_items),
+        methods=["POST"],
+    ),
+    Route("/v1/models", _openai(list_models), methods=["GET"]),
+]
+"""The OpenAI-compatible routes (mounted by ``create_app``)."""
