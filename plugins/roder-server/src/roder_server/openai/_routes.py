@@ -11,6 +11,7 @@ Errors are in the OpenAI shape (``{"error": {"message", "type", "param", "code"}
 
 from __future__ import annotations
 
+import inspect
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -24,8 +25,9 @@ from starlette.routing import Route
 
 from roder_api.errors import RoderError, ThreadNotFoundError
 from roder_api.events import ItemCompleted, JournalEvent
-from roder_api.inference import InferenceProviderContext
+from roder_api.inference import InferenceProviderContext, ToolSpec
 from roder_api.threads import ThreadStore, validate_thread_id
+from roder_api.transcript import ToolResultRecord
 from roder_server.openai._convert import (
     OpenAIError,
     bad_request,
@@ -35,7 +37,12 @@ from roder_server.openai._convert import (
     parse_input,
     split_model,
 )
-from roder_server.openai._projection import ResponseProjection, response_id, turn_id_of
+from roder_server.openai._projection import (
+    ResponseProjection,
+    call_id_of_approval,
+    response_id,
+    turn_id_of,
+)
 
 EXTRA_KEY = "openai_responses"
 """The thread ``extra`` key holding each response's request parameters, by turn id."""
@@ -229,22 +236,15 @@ async def create_response(request: Request) -> Response:
     runtime.engine(engine)
     parsed = parse_input(body.get("input"))
     tools = body.get("tools") or []
-    if not isinstance(tools, list) or any(
-        not isinstance(t, Mapping) or t.get("type") != "function" for t in tools
-    ):
-        raise bad_request("only 'function' tools are accepted in 'tools'", "tools")
-    if tools or parsed.outputs or parsed.approvals:
-        raise bad_request(
-            "function tools, function_call_output and mcp_approval_response are not served "
-            "by this server yet",
-            "tools" if tools else "input",
-        )
-    if parsed.text is None:
+    specs = _function_tools(tools)
+    results = tuple(ToolResultRecord(o.call_id, "", o.output) for o in parsed.outputs)
+    if parsed.text is None and not results and not parsed.approvals:
         raise bad_request("'input' holds no user message", "input")
     conversation, previous = body.get("conversation"), body.get("previous_response_id")
     if conversation is not None and previous is not None:
         raise bad_request("give 'conversation' or 'previous_response_id', not both", "conversation")
     store = await tenant.store()
+    previous_turn = ""
     if previous is not None:
         if not isinstance(previous, str):
             raise bad_request("'previous_response_id' must be a string", "previous_response_id")
@@ -265,11 +265,42 @@ async def create_response(request: Request) -> Response:
         "metadata": body.get("metadata") or {},
         "created_at": int(time.time()),
     }
+    for answer in parsed.approvals:
+        call_id = call_id_of_approval(answer.approval_request_id)
+        if call_id is None:
+            raise bad_request("not an approval request id", "input")
+        await tenant.dispatcher.approve(thread_id, call_id, answer.approve, answer.reason)
+    if parsed.text is None and not results and previous is not None:
+        # Only approvals: they continue the turn that asked; answer with its response.
+        return await _answer(store, thread_id, previous_turn, body)
+    extras: dict[str, Any] = {}
+    if specs or results:
+        # Client function tools ride with the input (roder_runtime's client tools).
+        if "client_tools" not in inspect.signature(tenant.dispatcher.submit).parameters:
+            raise OpenAIError(
+                501,
+                "function tools need a roder serve whose run dispatcher passes client tools",
+                kind="server_error",
+                param="tools",
+            )
+        extras = {"client_tools": specs, "tool_results": results}
     with anyio.CancelScope(shield=True):  # a client that leaves does not cancel the run
         await _remember(store, thread_id, turn_id, params)
         await tenant.dispatcher.submit(
-            thread_id, parsed.text, turn_id=turn_id, engine=engine, model=model
+            thread_id, parsed.text or "", turn_id=turn_id, engine=engine, model=model, **extras
         )
+    return await _answer(store, thread_id, turn_id, body, params)
+
+
+async def _answer(
+    store: ThreadStore,
+    thread_id: str,
+    turn_id: str,
+    body: Mapping[str, Any],
+    params: Mapping[str, Any] | None = None,
+) -> Response:
+    if params is None:
+        params = await _params(store, thread_id, turn_id)
     projection = _projection(thread_id, turn_id, params)
     if body.get("stream"):
         return _sse(_fold(store, projection, follow=True), -1)
@@ -277,6 +308,21 @@ async def create_response(request: Request) -> Response:
     async for _ in _fold(store, projection, follow=follow):
         pass
     return _json(projection.response())
+
+
+def _function_tools(tools: Any) -> tuple[ToolSpec, ...]:
+    """Return the request's ``function`` tools as ``ToolSpec`` s (400 for anything else)."""
+    if not isinstance(tools, list):
+        raise bad_request("'tools' must be a list", "tools")
+    specs: list[ToolSpec] = []
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, Mapping) or tool.get("type") != "function":
+            raise bad_request("only 'function' tools are accepted", f"tools[{index}]")
+        name, parameters = tool.get("name"), tool.get("parameters") or {}
+        if not isinstance(name, str) or not isinstance(parameters, Mapping):
+            raise bad_request("a function tool needs a 'name'", f"tools[{index}].name")
+        specs.append(ToolSpec(name, str(tool.get("description") or ""), dict(parameters)))
+    return tuple(specs)
 
 
 async def get_response(request: Request) -> Response:
