@@ -226,3 +226,64 @@ def test_a_function_tool_round_trip(serve: Callable[..., Server]) -> None:
             previous_response_id=answer.id,
             input=[{"type": "function_call_output", "call_id": calls[0].call_id, "output": "x"}],
         )
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_real_chat_completions_server_behind_roder_serve(
+    serve: Callable[..., Server], tmp_path: Any
+) -> None:
+    """llm-katan (echo backend: no model weights) as the openai-chat engine's server."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import httpx
+
+    katan = shutil.which("llm-katan", path=str(Path(sys.executable).parent))
+    if katan is None:
+        pytest.skip("llm-katan is not installed")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [katan, "-m", "tiny-echo", "--backend", "echo", "--providers", "openai"]
+        + ["-h", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline, "llm-katan did not start"
+                time.sleep(0.1)
+        server = serve(
+            extra_config=(
+                f'[engines.openai-chat]\nbase_url = "http://127.0.0.1:{port}/v1"\n'
+                'api_key_env = "KATAN_KEY"\n'
+            ),
+            env={"KATAN_KEY": "local"},
+        )
+        client = sdk(server)
+        with client.responses.create(
+            model="openai-chat/tiny-echo", input="hello katan", stream=True
+        ) as stream:
+            events = strict(list(stream))
+        assert events[-1]["type"] == "response.completed", events[-1]
+        text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+        assert "echo" in text and text == events[-1]["response"]["output"][0]["content"][0]["text"]
+        assert events[-1]["response"]["model"] == "openai-chat/tiny-echo"
+        usage = events[-1]["response"]["usage"]
+        assert usage is not None and usage["total_tokens"] > 0
+    finally:
+        proc.terminate()
+        proc.wait(10)
