@@ -287,3 +287,30 @@ def test_a_real_chat_completions_server_behind_roder_serve(
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_sigkilled_stream_is_finished_by_another_server_on_postgres(
+    serve: Callable[..., Server], tmp_path: Any
+) -> None:
+    first = serve("postgres")
+    schema = first.config.read_text().split('schema = "')[1].split('"')[0]
+    second_home = tmp_path / "second"
+    second_home.mkdir()
+    second = serve("postgres", schema=schema, home=second_home)
+    long_text = " ".join(f"w{i}" for i in range(200))
+    got: list[dict[str, Any]] = []
+    with sdk(first).responses.create(model=MODEL, input=long_text, stream=True) as stream:
+        for event in stream:
+            got.append(event.to_dict())
+            if len(got) == 15:
+                break
+    first.kill()
+    last = got[-1]["sequence_number"]
+    with sdk(second).responses.retrieve(
+        got[0]["response"]["id"], stream=True, starting_after=last
+    ) as rest:
+        tail = strict(list(rest))
+    assert tail[0]["sequence_number"] == last + 1, "a gap or a duplicate"
+    assert tail[-1]["type"] in ("response.incomplete", "response.failed")
+    whole = strict_dicts(got + tail)
+    assert [e["sequence_number"] for e in whole] == list(range(len(whole)))
