@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anyio
@@ -23,19 +23,33 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from roder_api.errors import RoderError, ThreadNotFoundError
-from roder_api.events import ItemCompleted, JournalEvent
-from roder_api.inference import InferenceProviderContext, ToolSpec
+from roder_api.inference import ToolSpec
 from roder_api.threads import ThreadStore, validate_thread_id
 from roder_api.transcript import ToolResultRecord
+from roder_server.openai._conversations import (
+    add_conversation_items,
+    conversation_items,
+    create_conversation,
+    delete_conversation,
+    get_conversation,
+    list_models,
+    update_conversation,
+)
 from roder_server.openai._convert import (
     OpenAIError,
     bad_request,
-    item_json,
-    model_json,
     not_found,
     parse_input,
     split_model,
+)
+from roder_server.openai._http import (
+    _body,
+    _conversation_id,
+    _items_of,
+    _json,
+    _list,
+    _openai,
+    _tenant,
 )
 from roder_server.openai._projection import (
     ResponseProjection,
@@ -74,57 +88,6 @@ _FIELDS = frozenset(
     }
 )
 
-Endpoint = Callable[[Request], Awaitable[Response]]
-
-
-def _json(body: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
-
-
-def _error(status: int, message: str, kind: str) -> OpenAIError:
-    return OpenAIError(status, message, kind=kind)
-
-
-def _openai(endpoint: Endpoint) -> Endpoint:
-    """Answer every failure of ``endpoint`` in the OpenAI error shape."""
-
-    async def handle(request: Request) -> Response:
-        try:
-            return await endpoint(request)
-        except OpenAIError as exc:
-            return _json(exc.body(), exc.status)
-        except ThreadNotFoundError as exc:
-            return _json(not_found(str(exc)).body(), 404)
-        except (RoderError, ValueError) as exc:
-            status = getattr(exc, "status", None)
-            if isinstance(status, int) and 400 <= status < 600:  # the core's Problem
-                kind = "invalid_request_error" if status < 500 else "server_error"
-                return _json(_error(status, str(getattr(exc, "detail", exc)), kind).body(), status)
-            return _json(bad_request(str(exc)).body(), 400)
-        except Exception as exc:  # noqa: BLE001 - the core's Problem and the rest
-            status = getattr(exc, "status", None)
-            if isinstance(status, int) and 400 <= status < 600:
-                kind = "invalid_request_error" if status < 500 else "server_error"
-                return _json(_error(status, str(getattr(exc, "detail", exc)), kind).body(), status)
-            raise
-
-    return handle
-
-
-def _tenant(request: Request) -> Any:
-    return request.app.state.server.for_request(request)
-
-
-async def _body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    try:
-        data = orjson.loads(raw) if raw else {}
-    except orjson.JSONDecodeError as exc:
-        raise bad_request(f"the body is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise bad_request("the body must be a JSON object")
-    return data
-
 
 def _thread_of(resp_id: str) -> tuple[str, str]:
     """Return ``(thread id, turn id)`` of a response id, or raise 404."""
@@ -136,17 +99,6 @@ def _thread_of(resp_id: str) -> tuple[str, str]:
         return validate_thread_id(thread_id), turn_id or ""
     except ValueError:
         raise not_found(f"no response {resp_id!r}", "response_id") from None
-
-
-def _conversation_id(value: Any) -> str:
-    if isinstance(value, Mapping):
-        value = value.get("id")
-    try:
-        return validate_thread_id(value)
-    except ValueError:
-        raise bad_request(
-            f"'conversation' {value!r} is not a conversation id", "conversation"
-        ) from None
 
 
 async def _params(store: ThreadStore, thread_id: str, turn_id: str) -> dict[str, Any]:
@@ -373,30 +325,6 @@ async def delete_response(request: Request) -> Response:
     return _json({"id": resp_id, "object": "response.deleted", "deleted": True})
 
 
-def _items_of(entries: list[JournalEvent], turn_id: str | None) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for entry in entries:
-        event = entry.event
-        if not isinstance(event, ItemCompleted):
-            continue
-        if turn_id is not None and event.turn_id != turn_id:
-            continue
-        item = item_json(event.item, f"item_{entry.sequence}")
-        if item is not None:
-            out.append(item)
-    return out
-
-
-def _list(data: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": False,
-    }
-
-
 async def response_input_items(request: Request) -> Response:
     thread_id, turn_id = _thread_of(request.path_params["response_id"])
     store = await _tenant(request).store()
@@ -404,93 +332,6 @@ async def response_input_items(request: Request) -> Response:
     entries = await store.read_events(thread_id)
     items = [i for i in _items_of(entries, turn_id) if i.get("role") == "user"]
     return _json(_list(items))
-
-
-# --- conversations ----------------------------------------------------------------------
-
-
-def _conversation_json(metadata: Any) -> dict[str, Any]:
-    extra = dict(metadata.extra or {})
-    return {
-        "id": metadata.thread_id,
-        "object": "conversation",
-        "created_at": metadata.created_at_ms // 1000,
-        "metadata": dict(extra.get("metadata") or {}),
-    }
-
-
-async def create_conversation(request: Request) -> Response:
-    body = await _body(request)
-    metadata = body.get("metadata") or {}
-    if not isinstance(metadata, Mapping):
-        raise bad_request("'metadata' must be an object", "metadata")
-    if body.get("items"):
-        raise bad_request("initial 'items' are not supported; send them as input", "items")
-    created = await _tenant(request).runtime.create_thread(extra={"metadata": dict(metadata)})
-    return _json(_conversation_json(created))
-
-
-async def get_conversation(request: Request) -> Response:
-    thread_id = _conversation_id(request.path_params["conversation_id"])
-    store = await _tenant(request).store()
-    return _json(_conversation_json(await store.get_thread(thread_id)))
-
-
-async def update_conversation(request: Request) -> Response:
-    thread_id = _conversation_id(request.path_params["conversation_id"])
-    body = await _body(request)
-    metadata = body.get("metadata")
-    if not isinstance(metadata, Mapping):
-        raise bad_request("'metadata' must be an object", "metadata")
-    store = await _tenant(request).store()
-    extra = dict((await store.get_thread(thread_id)).extra or {})
-    extra["metadata"] = dict(metadata)
-    return _json(_conversation_json(await store.update_thread(thread_id, extra=extra)))
-
-
-async def delete_conversation(request: Request) -> Response:
-    thread_id = _conversation_id(request.path_params["conversation_id"])
-    store = await _tenant(request).store()
-    await store.get_thread(thread_id)
-    await store.delete_thread(thread_id)
-    return _json({"id": thread_id, "object": "conversation.deleted", "deleted": True})
-
-
-async def conversation_items(request: Request) -> Response:
-    thread_id = _conversation_id(request.path_params["conversation_id"])
-    store = await _tenant(request).store()
-    await store.get_thread(thread_id)
-    items = _items_of(await store.read_events(thread_id), None)
-    if request.query_params.get("order") == "desc":
-        items.reverse()
-    return _json(_list(items))
-
-
-async def add_conversation_items(request: Request) -> Response:
-    thread_id = _conversation_id(request.path_params["conversation_id"])
-    raise bad_request(
-        f"adding items to conversation {thread_id!r} directly is not supported: send them as "
-        "the input of a response",
-        "items",
-    )
-
-
-# --- models -----------------------------------------------------------------------------
-
-
-async def list_models(request: Request) -> Response:
-    runtime = _tenant(request).runtime
-    data: list[dict[str, Any]] = []
-    for engine_id, engine in sorted(runtime.registry.engines.items()):
-        ctx = InferenceProviderContext(settings=dict(runtime.config.engines.get(engine_id, {})))
-        try:
-            with anyio.fail_after(10):
-                names = [m.id for m in await engine.list_models(ctx)]
-        except Exception:  # noqa: BLE001 - an engine that cannot list still has its default
-            names = []
-        names = names or [runtime.default_model(engine)]
-        data += [model_json(engine_id, name) for name in names]
-    return _json({"object": "list", "data": data})
 
 
 ROUTES = [
