@@ -314,3 +314,66 @@ def test_a_sigkilled_stream_is_finished_by_another_server_on_postgres(
     assert tail[-1]["type"] in ("response.incomplete", "response.failed")
     whole = strict_dicts(got + tail)
     assert [e["sequence_number"] for e in whole] == list(range(len(whole)))
+
+
+def test_another_tenants_responses_and_conversations_are_not_found(
+    serve: Callable[..., Server],
+) -> None:
+    server = serve(env={"RODER_SERVER_TOKENS": "tok-a=acme,tok-b=globex"})
+    acme, globex = sdk(server, "tok-a"), sdk(server, "tok-b")
+    response = acme.responses.create(model=MODEL, input="acme only")
+    assert response.conversation is not None
+    conversation = response.conversation.id
+    for attempt in (
+        lambda: globex.responses.retrieve(response.id),
+        lambda: globex.responses.input_items.list(response.id),
+        lambda: globex.responses.cancel(response.id),
+        lambda: globex.conversations.retrieve(conversation),
+        lambda: globex.conversations.items.list(conversation),
+        lambda: globex.responses.create(model=MODEL, input="x", conversation=conversation),
+        lambda: globex.responses.create(model=MODEL, input="x", previous_response_id=response.id),
+    ):
+        with pytest.raises(openai.NotFoundError):
+            attempt()
+    assert acme.responses.retrieve(response.id).output_text == "You said: acme only"
+    assert [i.type for i in acme.conversations.items.list(conversation).data] == [
+        "message",
+        "message",
+    ]
+
+
+def test_concurrent_responses_on_one_conversation_are_all_kept(
+    serve: Callable[..., Server],
+) -> None:
+    server = serve()
+    client = sdk(server)
+    conversation = client.conversations.create().id
+    ids: list[str] = []
+
+    async def main() -> None:
+        async_client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="x")
+
+        async def one(n: int) -> None:
+            created = await async_client.responses.create(
+                model=MODEL, input=f"n{n}", conversation=conversation, background=True
+            )
+            ids.append(created.id)
+
+        async with anyio.create_task_group() as tg:
+            for n in range(8):
+                tg.start_soon(one, n)
+        await async_client.close()
+
+    anyio.run(main)
+    deadline = time.monotonic() + 60
+    for response_id in ids:
+        while (got := client.responses.retrieve(response_id)).status != "completed":
+            assert time.monotonic() < deadline, got.status
+            time.sleep(0.05)
+        assert got.model == MODEL and got.background, "its parameters were not kept"
+    assert len(set(ids)) == 8
+    deleted = client.responses.delete(ids[0])
+    assert deleted is None  # the SDK returns nothing for a delete
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(ids[0])
+    assert client.responses.retrieve(ids[1]).status == "completed"

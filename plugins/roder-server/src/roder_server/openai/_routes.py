@@ -62,6 +62,7 @@ EXTRA_KEY = "openai_responses"
 """The thread ``extra`` key holding each response's request parameters, by turn id."""
 
 _PAGE = 512
+_LOCKS = [anyio.Lock() for _ in range(64)]
 _WAIT_S = 5.0
 _FIELDS = frozenset(
     {
@@ -102,11 +103,18 @@ def _thread_of(resp_id: str) -> tuple[str, str]:
 
 
 async def _params(store: ThreadStore, thread_id: str, turn_id: str) -> dict[str, Any]:
+    """Return what the request of a response asked for; 404 when the response was deleted
+    or never was. A response whose parameters were lost (another worker wrote the thread's
+    ``extra`` over them at the same moment) is still served from its journal."""
     extra = (await store.get_thread(thread_id)).extra or {}
     found = dict(extra.get(EXTRA_KEY) or {}).get(turn_id)
-    if not isinstance(found, Mapping):
-        raise not_found(f"no response {response_id(turn_id)!r}", "response_id")
-    return dict(found)
+    if isinstance(found, Mapping) and not found.get("deleted"):
+        return dict(found)
+    if found is None:
+        entries = await store.read_events(thread_id)
+        if any(getattr(e.event, "turn_id", None) == turn_id for e in entries):
+            return {}
+    raise not_found(f"no response {response_id(turn_id)!r}", "response_id")
 
 
 def _projection(thread_id: str, turn_id: str, params: Mapping[str, Any]) -> ResponseProjection:
@@ -162,12 +170,16 @@ def _sse(events: AsyncIterator[dict[str, Any]], starting_after: int) -> Streamin
 async def _remember(
     store: ThreadStore, thread_id: str, turn_id: str, params: Mapping[str, Any]
 ) -> None:
-    metadata = await store.get_thread(thread_id)
-    extra = dict(metadata.extra or {})
-    responses = dict(extra.get(EXTRA_KEY) or {})
-    responses[turn_id] = dict(params)
-    extra[EXTRA_KEY] = responses
-    await store.update_thread(thread_id, extra=extra)
+    # ``update_thread`` replaces ``extra`` whole: the read-modify-write is serialised per
+    # thread in this process (another worker writing at the same moment can still win; the
+    # response is then served from its journal with the parameters it lost).
+    async with _LOCKS[hash(thread_id) % len(_LOCKS)]:
+        metadata = await store.get_thread(thread_id)
+        responses = dict((metadata.extra or {}).get(EXTRA_KEY) or {})
+        responses[turn_id] = dict(params)
+        await store.update_thread(
+            thread_id, extra={**dict(metadata.extra or {}), EXTRA_KEY: responses}
+        )
 
 
 # --- responses --------------------------------------------------------------------------
@@ -316,12 +328,7 @@ async def delete_response(request: Request) -> Response:
     thread_id, turn_id = _thread_of(resp_id)
     store = await _tenant(request).store()
     await _params(store, thread_id, turn_id)
-    metadata = await store.get_thread(thread_id)
-    extra = dict(metadata.extra or {})
-    responses = dict(extra.get(EXTRA_KEY) or {})
-    responses.pop(turn_id, None)
-    extra[EXTRA_KEY] = responses
-    await store.update_thread(thread_id, extra=extra)
+    await _remember(store, thread_id, turn_id, {"deleted": True})
     return _json({"id": resp_id, "object": "response.deleted", "deleted": True})
 
 
