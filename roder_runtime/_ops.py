@@ -6,14 +6,25 @@ from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
+from roder_api.inference import ToolSpec
+from roder_api.transcript import ToolResultRecord
 from roder_runtime._tool_step import ApproveToolCall
 
 
 @dataclass(frozen=True, slots=True)
 class UserInput:
-    """An op: start a turn with ``text`` as the user's message (queued behind running turns)."""
+    """An op: start a turn with ``text`` as the user's message (queued behind running turns).
+
+    ``client_tools``: tools this turn offers that the caller runs (docs/tools.md, "Client
+    tools"): a call to one ends the turn, left open for the caller. ``tool_results``: the
+    caller's outputs for such open calls (``ToolResultRecord(call_id, name, output)``; the
+    name is taken from the call), journaled before the turn's model step; with results,
+    an empty ``text`` adds no user message.
+    """
 
     text: str
+    client_tools: tuple[ToolSpec, ...] = ()
+    tool_results: tuple[ToolResultRecord, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from roder_api.events import (
     UsageUpdated,
 )
 from roder_api.extension import ExtensionRegistry, ExtensionRegistryBuilder
-from roder_api.inference import InferenceEngine, TokenUsage
+from roder_api.inference import InferenceEngine, TokenUsage, ToolSpec
 from roder_api.threads import (
     EventPage,
     ThreadMetadata,
@@ -39,7 +39,7 @@ from roder_api.threads import (
     validate_thread_id,
 )
 from roder_api.tools import Tool
-from roder_api.transcript import TranscriptItem
+from roder_api.transcript import ToolResultRecord, TranscriptItem
 from roder_runtime._catalog import DEFAULT_ENGINE, ModelCatalog
 from roder_runtime._compaction import CompactionResult, compact
 from roder_runtime._config import RuntimeConfig, load_config
@@ -48,7 +48,7 @@ from roder_runtime._guards import open_store
 from roder_runtime._journal import ReplayHistory, ThreadJournal
 from roder_runtime._model_call import PreemptSignal
 from roder_runtime._observers import ObserverHub
-from roder_runtime._ops import SessionStart
+from roder_runtime._ops import SessionStart, UserInput
 from roder_runtime._session import Session
 from roder_runtime._session_tools import SessionTools
 from roder_runtime._turns import new_id
@@ -388,16 +388,23 @@ class Runtime:
         model: str | None = None,
         turn_id: str | None = None,
         tools: Sequence[str] | None = None,
+        client_tools: Sequence[ToolSpec] = (),
+        tool_results: Sequence[ToolResultRecord] = (),
     ) -> str | None:
         """Run one turn on a thread through a session: persist every event, then ``emit`` it.
 
         Return the assistant's reply (its final answer, after any tool steps), or None when
         the turn failed (its journal says why). ``tools`` as for ``start_session``; nobody
-        can approve here, so calls whose policy is ``ask`` are denied.
+        can approve here, so calls whose policy is ``ask`` are denied. ``client_tools`` and
+        ``tool_results`` as for :class:`UserInput` (a turn that calls a client tool returns
+        its text so far, ``""`` when none; the open calls are in the journal).
         """
         opening = self._open_session(thread_id, engine, model, self.name, tools, approvals=False)
         async with SessionStart(opening) as session:
-            turn_id = await session.submit_turn(text, turn_id or new_id("turn"))
+            turn_id = turn_id or new_id("turn")
+            given = UserInput(text, (*client_tools,), (*tool_results,))
+            async with session.tools.turn_input(turn_id, given, session.journal):
+                turn_id = await session.submit_turn(text, turn_id)
             while True:
                 entry = await session.next_event()
                 event = entry.event

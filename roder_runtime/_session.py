@@ -229,7 +229,9 @@ class Session(JournalFollowing):
                 inbox.texts.append(op.text)
                 await self._wait_persisted()
                 return turn.turn_id
-        return await self._submit_input(op.text, turn_id or new_id("turn"), announce=True)
+        turn_id = turn_id or new_id("turn")
+        async with self.tools.turn_input(turn_id, op, self.journal):  # checked, then kept
+            return await self._submit_input(op.text, turn_id, announce=True)
 
     async def submit_turn(self, text: str, turn_id: str) -> str:
         """Queue ``text`` as a turn with a chosen id, journaling it with the turn itself.

@@ -13,7 +13,7 @@ does it, with the ops plugins call without importing the op classes (``submit_in
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -21,6 +21,8 @@ import anyio
 import anyio.abc
 
 from roder_api.events import InputAccepted, ToolApprovalDecided
+from roder_api.inference import ToolSpec
+from roder_api.transcript import ToolResultRecord
 from roder_runtime._ops import Op, Steer, UserInput
 from roder_runtime._tool_step import ApproveToolCall, PendingToolStep
 
@@ -84,11 +86,18 @@ class JournalFollowing:
         return self._turn is None and not self._queue and self.recorder.held == 0
 
     async def submit_input(
-        self, text: str, *, turn_id: str | None = None, steer: bool = False
+        self,
+        text: str,
+        *,
+        turn_id: str | None = None,
+        steer: bool = False,
+        client_tools: Sequence[ToolSpec] = (),
+        tool_results: Sequence[ToolResultRecord] = (),
     ) -> str:
         """Submit ``text`` as a :class:`UserInput` (``steer``: a :class:`Steer`); return the
-        turn id it goes to. For callers that cannot import the op classes (plugins)."""
-        op: Op = Steer(text) if steer else UserInput(text)
+        turn id it goes to. For callers that cannot import the op classes (plugins).
+        ``client_tools`` and ``tool_results`` as for :class:`UserInput`."""
+        op: Op = Steer(text) if steer else UserInput(text, (*client_tools,), (*tool_results,))
         if turn_id is not None:
             self._own_turns.add(turn_id)
         result = await self.submit(op, turn_id=turn_id)

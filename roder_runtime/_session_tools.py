@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
@@ -10,7 +11,10 @@ import anyio
 from roder_api.events import Event, ToolApprovalRequested
 from roder_api.inference import ToolSpec
 from roder_api.tools import Tool
+from roder_runtime._client_tools import ClientTurns
 from roder_runtime._config import ToolsConfig
+from roder_runtime._journal import ThreadJournal
+from roder_runtime._ops import Steer, UserInput
 from roder_runtime._tool_step import ApproveToolCall, PendingToolStep, ToolStep
 from roder_runtime._turn_seams import TurnSink
 
@@ -38,6 +42,16 @@ class SessionTools:
         self._approvals = approvals
         self._decisions: dict[str, ApproveToolCall] = {}
         self._awaiting: dict[str, anyio.Event] = {}
+        self._client = ClientTurns()
+
+    def turn_input(
+        self, turn_id: str, op: UserInput | Steer, journal: ThreadJournal
+    ) -> AbstractAsyncContextManager[None]:
+        """Check ``op``'s client tools and tool results (``ToolCallNotOpenError``, nothing
+        written) and keep them for turn ``turn_id`` while it is submitted in this block."""
+        tools = op.client_tools if isinstance(op, UserInput) else ()
+        results = op.tool_results if isinstance(op, UserInput) else ()
+        return self._client.hold(turn_id, tools, results, journal, self.tools)
 
     def decide_call(self, decision: ApproveToolCall) -> None:
         """Take the user's decision on a call that waits (or is about to wait) for it."""
@@ -70,8 +84,13 @@ class SessionTools:
             await sink.record(*events)
             await sink.persisted()  # durable before the tool runs (ToolCallStarted)
 
-        step = self.step(turn_id, append, closing=lambda: sink.closing)
-        return {"tool_step": step, "resume": resume}
+        given = self._client.take(turn_id)
+        return {
+            "tool_step": self.step(turn_id, append, closing=lambda: sink.closing),
+            "resume": resume,
+            "client_tools": given.client_tools,
+            "tool_results": given.tool_results,
+        }
 
     def step(
         self,

@@ -10,9 +10,9 @@ an :class:`Inbox` for steering, and may stop it with :meth:`TurnDriver.abort`.
 The step loop (:meth:`TurnDriver._steps`) has two seams for later work:
 
 * **tool step** — after a model step that ended with tool calls, the driver hands the calls
-  to its ``tool_step`` collaborator (a :class:`ToolRunner`), adds the calls and their
-  results to the transcript and loops to the next model step (past ``max_tool_steps`` the
-  runner refuses the calls, each with a result, and the turn fails);
+  to its ``tool_step`` (a :class:`ToolRunner`) and loops with their results (past
+  ``max_tool_steps`` each is refused with a result and the turn fails); calls of client
+  tools are not run: the turn ends with them open (``roder_runtime._client_tools``);
 * **in-turn native compaction** — a model step collects its items (:class:`StepState.items`) and
   journals them as one batch when the step ends with ``Completed``; a ``ProviderMetadata``
   boundary yielded by ``stream_turn`` is staged by ``roder_runtime._inturn`` and commits
@@ -52,6 +52,7 @@ from roder_api.inference import (
     MessageDelta,
     ReasoningDelta,
     ToolCallCompleted,
+    ToolSpec,
     Usage,
 )
 from roder_api.transcript import (
@@ -59,12 +60,14 @@ from roder_api.transcript import (
     ProviderMetadata,
     Reasoning,
     ToolCallRecord,
+    ToolResultRecord,
     TranscriptItem,
     UserMessage,
 )
 from roder_runtime._auto_compaction import auto_compaction_due, maybe_auto_compact
 from roder_runtime._budget import BudgetExceeded, BudgetGuard
 from roder_runtime._catalog import ModelCatalog
+from roder_runtime._client_tools import input_items
 from roder_runtime._inturn import InTurnCompaction, is_boundary
 from roder_runtime._model_call import Attempt, RetryNotice, call_model
 from roder_runtime._tool_step import PendingToolStep, ToolStepLimitError
@@ -94,9 +97,12 @@ class TurnDriver:
         on_input_journaled: Callable[[], None] = lambda: None,
         tool_step: ToolRunner | None = None,
         resume: PendingToolStep | None = None,
+        client_tools: Sequence[ToolSpec] = (),
+        tool_results: Sequence[ToolResultRecord] = (),
     ) -> None:
         self.turn_id = turn_id
         self.user_message = UserMessage(text)
+        self.inputs = input_items(text, tool_results)  # the results first, then the text
         self.engine = engine
         self.model = model
         self.catalog = catalog
@@ -105,7 +111,8 @@ class TurnDriver:
         self.journal = sink.journal
         self.inbox = inbox
         self.tool_step, self.resume = tool_step, resume
-        self.tools = tuple(tool_step.specs) if tool_step is not None else ()
+        self.tools = (*(tool_step.specs if tool_step is not None else ()), *client_tools)
+        self.client = frozenset(spec.name for spec in client_tools)
         self.scope = anyio.CancelScope()
         self.abort_reason: AbortReason | None = None
         self.finished = False
@@ -175,7 +182,7 @@ class TurnDriver:
         if not self._started:
             events.append(TurnStarted(self.turn_id))
         if not self._input_recorded:
-            events.append(ItemCompleted(self.turn_id, self.user_message))
+            events += [ItemCompleted(self.turn_id, item) for item in self.inputs]
         events += self._inturn.discard_staged()  # a boundary staged by the last step
         if self._partial:
             events.append(ItemCompleted(self.turn_id, AssistantMessage(self._partial, True)))
@@ -190,28 +197,25 @@ class TurnDriver:
     # --- start and input -----------------------------------------------------------------------
 
     async def _begin(self) -> list[TranscriptItem]:
-        """Journal the turn's start and input, compacting in between when due.
-
-        Return the first model call's transcript. The input is journaled (as its
-        ``UserMessage``, or as ``InputAccepted`` when a compaction comes first) before any
-        model call; ``on_input_journaled`` is called once it is persisted.
-        """
-        user = self.user_message
+        """Journal the turn's start and input, compacting in between when due; return the
+        first model call's transcript. The input is journaled (its items, or
+        ``InputAccepted`` when a compaction comes first) before any model call;
+        ``on_input_journaled`` is called once it is persisted."""
         self._waiting_for = self.journal.store_name
         history = await self.journal.replay_history()
-        due = await auto_compaction_due(self.catalog, self.engine, self.model, history, [user])
+        due = await auto_compaction_due(self.catalog, self.engine, self.model, history, self.inputs)
         start: list[Event] = [TurnStarted(self.turn_id)]
         if not due:
-            start.append(ItemCompleted(self.turn_id, user))
+            start += [ItemCompleted(self.turn_id, item) for item in self.inputs]
         elif not self._input_accepted() and self._announce_input:
-            start.append(InputAccepted(self.turn_id, user.text))
+            start.append(InputAccepted(self.turn_id, self.user_message.text))
         await self.sink.record(*start)
         self._started = True
         self._input_recorded = not due
         await self._inturn.mark_turn_start()  # persisted; in-turn commits check from here
         self._on_input_journaled()
         if not due:
-            return [*history, user]
+            return [*history, *self.inputs]
         try:
             with self.inbox.preempt() as preempt:
                 compacted = await maybe_auto_compact(
@@ -221,14 +225,14 @@ class TurnDriver:
                     self.engine,
                     self.model,
                     history,
-                    pending=[user],
+                    pending=self.inputs,
                     preempt=preempt,
                 )
         except CompactionError as exc:
             raise _TurnFailed(str(exc)) from exc
-        await self.sink.record(ItemCompleted(self.turn_id, user))
+        await self.sink.record(*(ItemCompleted(self.turn_id, item) for item in self.inputs))
         self._input_recorded = True
-        return [*compacted, user]
+        return [*compacted, *self.inputs]
 
     async def _resume(self, step: ToolRunner, pending: PendingToolStep) -> list[TranscriptItem]:
         """Finish the calls a dead process left without results; return the transcript."""
@@ -242,12 +246,10 @@ class TurnDriver:
     async def _steps(self, transcript: Sequence[TranscriptItem]) -> str | None:
         """Run model steps until the model answers; return the turn's last assistant text.
 
-        After each model step: if it ended with tool calls and a ``tool_step`` is given, the
-        calls run (a tool step) and the loop goes on with their results; else steering that
-        arrived meanwhile joins the turn and the loop goes on; else the turn completes —
-        deciding "no more steering" atomically with the inbox, so that a ``Steer`` arriving
-        now goes to the next turn instead of being lost.
-        """
+        After each model step: if it ended with tool calls, they run (a tool step) and the
+        loop goes on with their results; else steering that arrived meanwhile joins the turn;
+        else the turn completes — deciding "no more steering" atomically with the inbox, so
+        that a ``Steer`` arriving now goes to the next turn instead of being lost."""
         history = list(transcript)
         last_text: str | None = None
         while True:
@@ -260,21 +262,24 @@ class TurnDriver:
             if step.text:
                 last_text = step.text
             calls = [i for i in items if isinstance(i, ToolCallRecord)]
-            if calls and self.tool_step is not None:
+            runs = [c for c in calls if c.name not in self.client]  # the rest: the client's
+            if runs and self.tool_step is not None:
                 # The tool step: the calls are journaled before they run; then their results.
                 await self._finish_step(items, [])
-                results = await self.tool_step.run(calls)
-                history += [*items, *results]
-                continue
+                history += [*items, *await self.tool_step.run(runs)]
+                if len(runs) == len(calls):
+                    continue
+                items = []  # journaled; the client's calls stay open: the turn ends
             steering = self.inbox.take_or_close()
-            if steering:
+            if steering and len(runs) == len(calls):
                 messages = [UserMessage(text) for text in steering]
                 await self._finish_step(items, [ItemCompleted(self.turn_id, m) for m in messages])
                 history += [*items, *messages]
                 continue
             self.finished = True
+            kept = [ItemCompleted(self.turn_id, UserMessage(t)) for t in steering]  # calls open
             with anyio.CancelScope(shield=True):  # decided: the turn completes, whatever comes
-                await self._finish_step(items, [TurnComplete(self.turn_id, last_text)])
+                await self._finish_step(items, [*kept, TurnComplete(self.turn_id, last_text)])
             return last_text if last_text is not None else ""
 
     def _step_items(self, step: StepState) -> list[TranscriptItem]:
@@ -286,10 +291,8 @@ class TurnDriver:
         return items
 
     async def _finish_step(self, items: Sequence[TranscriptItem], then: Sequence[Event]) -> None:
-        """Journal a completed step's items as one batch, followed by ``then``.
-
-        A staged in-turn boundary commits first in the same (conditional) append.
-        """
+        """Journal a completed step's items as one batch, followed by ``then`` (a staged
+        in-turn boundary commits first in the same conditional append)."""
         self._partial = ""
         await self._inturn.finish([*(ItemCompleted(self.turn_id, i) for i in items), *then])
 
@@ -297,9 +300,7 @@ class TurnDriver:
         """Call the model once (with retries); return the completed step or end the turn.
 
         A retryable failure before any output retries the step (a ``WarningEvent`` says so);
-        afterwards, or when not retryable, ``_TurnFailed`` ends the turn, keeping the text
-        already delivered.
-        """
+        afterwards, or when not retryable, ``_TurnFailed`` ends the turn, keeping its text."""
         request = AgentInferenceRequest(
             self.model, self.config.instructions, (*history,), self.tools
         )

@@ -28,6 +28,7 @@ Every error Roder raises on purpose is a :class:`RoderError`::
     │   ├── ThreadBusyError            another session holds the thread's lease
     │   └── RecorderFullError (RecorderError)  the recorder's queue is full
     ├── InputTooLargeError (ValueError)
+    ├── ToolCallNotOpenError (ValueError)  a tool result as input answers no open call
     ├── RecorderError                  the event recorder refused or failed
     ├── StoppedError                   the component was closed or stopped
     └── ProviderFailure                a provider call failed (``.kind``, ``.retryable``,
@@ -365,6 +366,19 @@ class InputTooLargeError(RoderError, ValueError):
         )
 
 
+class ToolCallNotOpenError(RoderError, ValueError):
+    """Raised when a tool result given as input answers no open tool call of the thread
+    (unknown, or already answered); nothing was written."""
+
+    def __init__(self, thread_id: str, call_id: str, state: str = "is not open") -> None:
+        self.thread_id = thread_id
+        self.call_id = call_id
+        super().__init__(
+            f"tool call {call_id!r} {state} on thread {thread_id!r}; a tool result must "
+            "answer a call the model made and nobody answered yet"
+        )
+
+
 class RecorderError(RoderError):
     """Raised when the event recorder refuses an event or has stopped after a failure."""
 
@@ -401,6 +415,7 @@ __all__ = [
     "ThreadBusyError",
     "ThreadExistsError",
     "ThreadNotFoundError",
+    "ToolCallNotOpenError",
     "UnknownEngineError",
     "UnknownPluginIdError",
     "UnknownThreadStoreError",

@@ -28,6 +28,7 @@ from roder_server._protocol import ServerRuntime
 from roder_server._routes import ROUTES, json_response
 from roder_server._runs import Dispatcher
 from roder_server._settings import ServerSettings
+from roder_server.openai import ROUTES as OPENAI_ROUTES
 
 STATIC = Path(__file__).parent / "static"
 """The thread browser's files (``GET /`` is ``static/index.html``)."""
@@ -169,6 +170,7 @@ def create_app(
             Route("/", index, methods=["GET"]),
             Route("/static/{name:path}", static, methods=["GET"]),
             *ROUTES,
+            *OPENAI_ROUTES,
             *routes,
         ],
         middleware=middleware,

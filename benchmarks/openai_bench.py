@@ -1,0 +1,199 @@
+"""The OpenAI-compatible surface: what ``roder serve`` adds to the SDK's time to first delta.
+
+One workload, next to its baseline measured in the same run (wall time, medians and p90):
+
+- O1 the official ``openai`` SDK streams a response and stops at the first
+  ``response.output_text.delta``: through ``roder serve`` (``/v1/responses``, the
+  ``openai-chat`` engine pointed at a local Chat Completions server), against the same SDK
+  streaming ``/chat/completions`` from that server directly, stopping at the first content
+  delta. The server is llm-katan's echo backend (no model weights). Through Roder the
+  figure includes journaling the input and the first delta before it is streamed (persist
+  before deliver), on the JSONL store; "new conversation" also creates a thread per
+  response, "one conversation" continues one thread.
+
+    python benchmarks/openai_bench.py            # the table
+    python benchmarks/openai_bench.py --json out.json
+    python benchmarks/openai_bench.py --quick    # a short run (CI smoke)
+
+Target: Roder adds at most 5 ms at p50.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+
+PREFIX = "roder serve: listening on "
+BIN = Path(sys.executable).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait(url: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} did not answer")
+
+
+def start_katan() -> tuple[subprocess.Popen[bytes], str]:
+    """Start llm-katan (echo backend) on a free port; return it and its ``/v1`` URL."""
+    katan = shutil.which("llm-katan", path=str(BIN)) or shutil.which("llm-katan")
+    if katan is None:
+        raise SystemExit("llm-katan is not installed (pip install llm-katan)")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [katan, "-m", "tiny-echo", "--backend", "echo", "--providers", "openai"]
+        + ["-h", "127.0.0.1", "-p", str(port), "--log-level", "warning"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    _wait(f"http://127.0.0.1:{port}/health")
+    return proc, f"http://127.0.0.1:{port}/v1"
+
+
+def start_roder(home: Path, engine_url: str) -> tuple[subprocess.Popen[str], str]:
+    """Start ``roder serve --port 0`` on a JSONL store; return it and its ``/v1`` URL."""
+    config = home / "config.toml"
+    config.write_text(
+        f'[thread_store]\nbackend = "jsonl"\npath = "{home / "threads"}"\n'
+        f'[engines.openai-chat]\nbase_url = "{engine_url}"\napi_key_env = "BENCH_KATAN_KEY"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
+    env.update({"RODER_HOME": str(home / "home"), "BENCH_KATAN_KEY": "local"})
+    proc = subprocess.Popen(
+        [str(BIN / "roder"), "--config", str(config), "serve", "--port", "0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    if not line.startswith(PREFIX):
+        raise RuntimeError(f"roder serve said: {line!r}")
+    threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
+    url = line[len(PREFIX) :].strip()
+    _wait(url + "/healthz")
+    return proc, url + "/v1"
+
+
+def direct_ttft(client: openai.OpenAI) -> float:
+    """Return seconds to the first content delta of a streamed chat completion."""
+    start = time.perf_counter()
+    stream = client.chat.completions.create(
+        model="tiny-echo", messages=[{"role": "user", "content": "hello bench"}], stream=True
+    )
+    try:
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                return time.perf_counter() - start
+    finally:
+        stream.close()
+    raise RuntimeError("no content delta")
+
+
+def roder_ttft(client: openai.OpenAI, conversation: str | None) -> float:
+    """Return seconds to the first ``response.output_text.delta`` through roder serve."""
+    extra: dict[str, Any] = {"conversation": conversation} if conversation else {}
+    start = time.perf_counter()
+    stream = client.responses.create(
+        model="openai-chat/tiny-echo", input="hello bench", stream=True, **extra
+    )
+    try:
+        for event in stream:
+            if event.type == "response.output_text.delta":
+                return time.perf_counter() - start
+    finally:
+        stream.close()
+    raise RuntimeError("no output_text delta")
+
+
+def measure(run: Callable[[], float], n: int) -> list[float]:
+    """Return ``n`` timings after two warm-up runs."""
+    run()
+    run()
+    return [run() for _ in range(n)]
+
+
+def summary(name: str, times: list[float]) -> dict[str, Any]:
+    """Return the row of one measurement (ms)."""
+    ordered = sorted(times)
+    return {
+        "workload": name,
+        "n": len(times),
+        "p50_ms": statistics.median(ordered) * 1e3,
+        "p90_ms": ordered[int(0.9 * (len(ordered) - 1))] * 1e3,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args()
+    n = 10 if args.quick else 100
+    katan, engine_url = start_katan()
+    with tempfile.TemporaryDirectory() as tmp:
+        roder, roder_url = start_roder(Path(tmp), engine_url)
+        try:
+            direct = openai.OpenAI(base_url=engine_url, api_key="local", max_retries=0)
+            through = openai.OpenAI(base_url=roder_url, api_key="local", max_retries=0)
+            conversation = through.conversations.create().id
+            rows = [
+                summary(
+                    "O1 direct to the engine's server", measure(lambda: direct_ttft(direct), n)
+                ),
+                summary(
+                    "O1 roder serve, new conversation",
+                    measure(lambda: roder_ttft(through, None), n),
+                ),
+                summary(
+                    "O1 roder serve, one conversation",
+                    measure(lambda: roder_ttft(through, conversation), n),
+                ),
+            ]
+        finally:
+            roder.terminate()
+            roder.wait(20)
+            katan.terminate()
+            katan.wait(10)
+    base = rows[0]["p50_ms"]
+    print(f"{'workload (SDK time to first delta)':<40} {'n':>5} {'p50 ms':>8} {'p90 ms':>8} "
+          f"{'added p50':>10}")  # fmt: skip
+    for row in rows:
+        row["added_p50_ms"] = row["p50_ms"] - base
+        print(f"{row['workload']:<40} {row['n']:>5} {row['p50_ms']:>8.2f} {row['p90_ms']:>8.2f} "
+              f"{row['added_p50_ms']:>10.2f}")  # fmt: skip
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"rows": rows, "quick": args.quick}, out, indent=2)
+
+
+if __name__ == "__main__":
+    main()

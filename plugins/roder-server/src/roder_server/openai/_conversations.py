@@ -1,0 +1,100 @@
+"""The OpenAI routes of conversations (a conversation is a thread) and of the models."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response
+
+from roder_api.inference import InferenceProviderContext
+from roder_server.openai._convert import bad_request, model_json
+from roder_server.openai._http import _body, _conversation_id, _items_of, _json, _list, _tenant
+
+# --- conversations ----------------------------------------------------------------------
+
+
+def _conversation_json(metadata: Any) -> dict[str, Any]:
+    extra = dict(metadata.extra or {})
+    return {
+        "id": metadata.thread_id,
+        "object": "conversation",
+        "created_at": metadata.created_at_ms // 1000,
+        "metadata": dict(extra.get("metadata") or {}),
+    }
+
+
+async def create_conversation(request: Request) -> Response:
+    body = await _body(request)
+    metadata = body.get("metadata") or {}
+    if not isinstance(metadata, Mapping):
+        raise bad_request("'metadata' must be an object", "metadata")
+    if body.get("items"):
+        raise bad_request("initial 'items' are not supported; send them as input", "items")
+    created = await _tenant(request).runtime.create_thread(extra={"metadata": dict(metadata)})
+    return _json(_conversation_json(created))
+
+
+async def get_conversation(request: Request) -> Response:
+    thread_id = _conversation_id(request.path_params["conversation_id"])
+    store = await _tenant(request).store()
+    return _json(_conversation_json(await store.get_thread(thread_id)))
+
+
+async def update_conversation(request: Request) -> Response:
+    thread_id = _conversation_id(request.path_params["conversation_id"])
+    body = await _body(request)
+    metadata = body.get("metadata")
+    if not isinstance(metadata, Mapping):
+        raise bad_request("'metadata' must be an object", "metadata")
+    store = await _tenant(request).store()
+    extra = dict((await store.get_thread(thread_id)).extra or {})
+    extra["metadata"] = dict(metadata)
+    return _json(_conversation_json(await store.update_thread(thread_id, extra=extra)))
+
+
+async def delete_conversation(request: Request) -> Response:
+    thread_id = _conversation_id(request.path_params["conversation_id"])
+    store = await _tenant(request).store()
+    await store.get_thread(thread_id)
+    await store.delete_thread(thread_id)
+    return _json({"id": thread_id, "object": "conversation.deleted", "deleted": True})
+
+
+async def conversation_items(request: Request) -> Response:
+    thread_id = _conversation_id(request.path_params["conversation_id"])
+    store = await _tenant(request).store()
+    await store.get_thread(thread_id)
+    items = _items_of(await store.read_events(thread_id), None)
+    if request.query_params.get("order") == "desc":
+        items.reverse()
+    return _json(_list(items))
+
+
+async def add_conversation_items(request: Request) -> Response:
+    thread_id = _conversation_id(request.path_params["conversation_id"])
+    raise bad_request(
+        f"adding items to conversation {thread_id!r} directly is not supported: send them as "
+        "the input of a response",
+        "items",
+    )
+
+
+# --- models -----------------------------------------------------------------------------
+
+
+async def list_models(request: Request) -> Response:
+    runtime = _tenant(request).runtime
+    data: list[dict[str, Any]] = []
+    for engine_id, engine in sorted(runtime.registry.engines.items()):
+        ctx = InferenceProviderContext(settings=dict(runtime.config.engines.get(engine_id, {})))
+        try:
+            with anyio.fail_after(10):
+                names = [m.id for m in await engine.list_models(ctx)]
+        except Exception:  # noqa: BLE001 - an engine that cannot list still has its default
+            names = []
+        names = names or [runtime.default_model(engine)]
+        data += [model_json(engine_id, name) for name in names]
+    return _json({"object": "list", "data": data})

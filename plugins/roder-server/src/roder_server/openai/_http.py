@@ -1,0 +1,104 @@
+"""What the OpenAI routes share: JSON answers, errors in the OpenAI shape, the tenant.
+
+Private to ``roder_server.openai`` (its modules import these names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from roder_api.errors import RoderError, ThreadNotFoundError
+from roder_api.events import ItemCompleted, JournalEvent
+from roder_api.threads import validate_thread_id
+from roder_server.openai._convert import OpenAIError, bad_request, item_json, not_found
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _error(status: int, message: str, kind: str) -> OpenAIError:
+    return OpenAIError(status, message, kind=kind)
+
+
+def _openai(endpoint: Endpoint) -> Endpoint:
+    """Answer every failure of ``endpoint`` in the OpenAI error shape."""
+
+    async def handle(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except OpenAIError as exc:
+            return _json(exc.body(), exc.status)
+        except ThreadNotFoundError as exc:
+            return _json(not_found(str(exc)).body(), 404)
+        except (RoderError, ValueError) as exc:
+            status = getattr(exc, "status", None)
+            if isinstance(status, int) and 400 <= status < 600:  # the core's Problem
+                kind = "invalid_request_error" if status < 500 else "server_error"
+                return _json(_error(status, str(getattr(exc, "detail", exc)), kind).body(), status)
+            return _json(bad_request(str(exc)).body(), 400)
+        except Exception as exc:  # noqa: BLE001 - the core's Problem and the rest
+            status = getattr(exc, "status", None)
+            if isinstance(status, int) and 400 <= status < 600:
+                kind = "invalid_request_error" if status < 500 else "server_error"
+                return _json(_error(status, str(getattr(exc, "detail", exc)), kind).body(), status)
+            raise
+
+    return handle
+
+
+def _tenant(request: Request) -> Any:
+    return request.app.state.server.for_request(request)
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    try:
+        data = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(f"the body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise bad_request("the body must be a JSON object")
+    return data
+
+
+def _conversation_id(value: Any) -> str:
+    if isinstance(value, Mapping):
+        value = value.get("id")
+    try:
+        return validate_thread_id(value)
+    except ValueError:
+        raise bad_request(
+            f"'conversation' {value!r} is not a conversation id", "conversation"
+        ) from None
+
+
+def _items_of(entries: list[JournalEvent], turn_id: str | None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for entry in entries:
+        event = entry.event
+        if not isinstance(event, ItemCompleted):
+            continue
+        if turn_id is not None and event.turn_id != turn_id:
+            continue
+        item = item_json(event.item, f"item_{entry.sequence}")
+        if item is not None:
+            out.append(item)
+    return out
+
+
+def _list(data: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": False,
+    }

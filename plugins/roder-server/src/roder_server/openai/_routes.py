@@ -1,0 +1,371 @@
+"""The OpenAI-compatible routes: ``/v1/responses``, ``/v1/conversations``, ``/v1/models``.
+
+A conversation is a thread; a response is a turn (``resp_<turn id>``). The turn id names
+its thread (``<thread id>.r<hex>``), so any worker finds a response's thread from its id
+alone. What a request asked for that the journal does not hold (the model as asked, the
+instructions, the tools, ``previous_response_id``, ``background``) is kept in the thread's
+``extra`` under ``openai_responses`` before the run is submitted, so every worker rebuilds
+the same Response and the same stream from the journal: nothing lives in process memory.
+Errors are in the OpenAI shape (``{"error": {"message", "type", "param", "code"}}``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import anyio
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from roder_api.inference import ToolSpec
+from roder_api.threads import ThreadStore, validate_thread_id
+from roder_api.transcript import ToolResultRecord
+from roder_server.openai._conversations import (
+    add_conversation_items,
+    conversation_items,
+    create_conversation,
+    delete_conversation,
+    get_conversation,
+    list_models,
+    update_conversation,
+)
+from roder_server.openai._convert import (
+    OpenAIError,
+    bad_request,
+    not_found,
+    parse_input,
+    split_model,
+)
+from roder_server.openai._http import (
+    _body,
+    _conversation_id,
+    _items_of,
+    _json,
+    _list,
+    _openai,
+    _tenant,
+)
+from roder_server.openai._projection import (
+    ResponseProjection,
+    call_id_of_approval,
+    response_id,
+    turn_id_of,
+)
+
+EXTRA_KEY = "openai_responses"
+"""The thread ``extra`` key holding each response's request parameters, by turn id."""
+
+_PAGE = 512
+_LOCKS = [anyio.Lock() for _ in range(64)]
+_WAIT_S = 0.05
+"""How long one wait for new events lasts while a response runs: short, because the
+default ``wait_for_events`` poll grows its pause the longer it waits (measured: 5 s waits
+added ~70 ms to the first delta, 0.05 s ~39 ms; benchmarks/openai_bench.py)."""
+_FIELDS = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "conversation",
+        "previous_response_id",
+        "tools",
+        "stream",
+        "background",
+        "store",
+        "metadata",
+        "tool_choice",
+        "parallel_tool_calls",
+        "temperature",
+        "top_p",
+        "max_output_tokens",
+        "user",
+        "truncation",
+        "text",
+        "reasoning",
+        "include",
+    }
+)
+
+
+def _thread_of(resp_id: str) -> tuple[str, str]:
+    """Return ``(thread id, turn id)`` of a response id, or raise 404."""
+    turn_id = turn_id_of(resp_id)
+    thread_id, dot, rest = (turn_id or "").rpartition(".")
+    if not dot or not rest.startswith("r"):
+        raise not_found(f"no response {resp_id!r}", "response_id")
+    try:
+        return validate_thread_id(thread_id), turn_id or ""
+    except ValueError:
+        raise not_found(f"no response {resp_id!r}", "response_id") from None
+
+
+async def _params(store: ThreadStore, thread_id: str, turn_id: str) -> dict[str, Any]:
+    """Return what the request of a response asked for; 404 when the response was deleted
+    or never was. A response whose parameters were lost (another worker wrote the thread's
+    ``extra`` over them at the same moment) is still served from its journal."""
+    extra = (await store.get_thread(thread_id)).extra or {}
+    found = dict(extra.get(EXTRA_KEY) or {}).get(turn_id)
+    if isinstance(found, Mapping) and not found.get("deleted"):
+        return dict(found)
+    if found is None:
+        entries = await store.read_events(thread_id)
+        if any(getattr(e.event, "turn_id", None) == turn_id for e in entries):
+            return {}
+    raise not_found(f"no response {response_id(turn_id)!r}", "response_id")
+
+
+def _projection(thread_id: str, turn_id: str, params: Mapping[str, Any]) -> ResponseProjection:
+    tools = [t for t in params.get("tools") or () if isinstance(t, Mapping)]
+    return ResponseProjection(
+        thread_id=thread_id,
+        turn_id=turn_id,
+        model=str(params.get("model", "")),
+        client_tools=frozenset(str(t.get("name")) for t in tools if t.get("type") == "function"),
+        instructions=params.get("instructions"),
+        previous_response_id=params.get("previous_response_id"),
+        tools=tools,
+        background=bool(params.get("background")),
+        metadata=dict(params.get("metadata") or {}),
+    )
+
+
+async def _fold(
+    store: ThreadStore, projection: ResponseProjection, *, follow: bool
+) -> AsyncIterator[dict[str, Any]]:
+    """Yield the stream events of a response from the journal: the journal read in pages,
+    never skipping a sequence; with ``follow``, waiting for more until the turn ends."""
+    after = 0
+    while not projection.done:
+        entries = await store.read_events(projection.thread_id, after=after, limit=_PAGE)
+        for entry in entries:
+            if entry.sequence != after + 1:
+                break  # read again from the last sequence folded
+            after = entry.sequence
+            for event in projection.feed(entry):
+                yield event
+        if projection.done or len(entries) >= _PAGE:
+            continue
+        if not follow:
+            return
+        await store.wait_for_events(projection.thread_id, after, _WAIT_S)
+
+
+def _sse(events: AsyncIterator[dict[str, Any]], starting_after: int) -> StreamingResponse:
+    async def body() -> AsyncIterator[bytes]:
+        async for event in events:
+            if event["sequence_number"] > starting_after:
+                data = orjson.dumps(event)
+                yield b"event: %s\ndata: %s\n\n" % (event["type"].encode(), data)
+
+    return StreamingResponse(
+        body(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _remember(
+    store: ThreadStore, thread_id: str, turn_id: str, params: Mapping[str, Any]
+) -> None:
+    # ``update_thread`` replaces ``extra`` whole: the read-modify-write is serialised per
+    # thread in this process (another worker writing at the same moment can still win; the
+    # response is then served from its journal with the parameters it lost).
+    async with _LOCKS[hash(thread_id) % len(_LOCKS)]:
+        metadata = await store.get_thread(thread_id)
+        responses = dict((metadata.extra or {}).get(EXTRA_KEY) or {})
+        responses[turn_id] = dict(params)
+        await store.update_thread(
+            thread_id, extra={**dict(metadata.extra or {}), EXTRA_KEY: responses}
+        )
+
+
+# --- responses --------------------------------------------------------------------------
+
+
+async def create_response(request: Request) -> Response:
+    body = await _body(request)
+    unknown = sorted(set(body) - _FIELDS)
+    if unknown:
+        raise bad_request(f"unknown parameter {unknown[0]!r}", unknown[0])
+    if body.get("store") is False:
+        raise bad_request("store=false is not supported: every response is a durable turn", "store")
+    tenant = _tenant(request)
+    runtime = tenant.runtime
+    engines = list(runtime.registry.engines)
+    default_engine = runtime.engine(None).id
+    engine, model = split_model(body.get("model"), engines, default_engine)
+    runtime.engine(engine)
+    parsed = parse_input(body.get("input"))
+    tools = body.get("tools") or []
+    specs = _function_tools(tools)
+    results = tuple(ToolResultRecord(o.call_id, "", o.output) for o in parsed.outputs)
+    if parsed.text is None and not results and not parsed.approvals:
+        raise bad_request("'input' holds no user message", "input")
+    conversation, previous = body.get("conversation"), body.get("previous_response_id")
+    if conversation is not None and previous is not None:
+        raise bad_request("give 'conversation' or 'previous_response_id', not both", "conversation")
+    store = await tenant.store()
+    previous_turn = ""
+    if previous is not None:
+        if not isinstance(previous, str):
+            raise bad_request("'previous_response_id' must be a string", "previous_response_id")
+        thread_id, previous_turn = _thread_of(previous)
+        await _params(store, thread_id, previous_turn)  # 404 for an unknown response
+    elif conversation is not None:
+        thread_id = _conversation_id(conversation)
+        await store.get_thread(thread_id)
+    else:
+        thread_id = (await runtime.create_thread()).thread_id
+    turn_id = f"{thread_id}.r{uuid.uuid4().hex[:20]}"
+    params = {
+        "model": f"{engine}/{model}",
+        "instructions": body.get("instructions"),
+        "previous_response_id": previous,
+        "tools": tools,
+        "background": bool(body.get("background")),
+        "metadata": body.get("metadata") or {},
+        "created_at": int(time.time()),
+    }
+    for answer in parsed.approvals:
+        call_id = call_id_of_approval(answer.approval_request_id)
+        if call_id is None:
+            raise bad_request("not an approval request id", "input")
+        await tenant.dispatcher.approve(thread_id, call_id, answer.approve, answer.reason)
+    if parsed.text is None and not results and previous is not None:
+        # Only approvals: they continue the turn that asked; answer with its response.
+        return await _answer(store, thread_id, previous_turn, body)
+    extras: dict[str, Any] = {}
+    if specs or results:
+        # Client function tools ride with the input (roder_runtime's client tools).
+        if "client_tools" not in inspect.signature(tenant.dispatcher.submit).parameters:
+            raise OpenAIError(
+                501,
+                "function tools need a roder serve whose run dispatcher passes client tools",
+                kind="server_error",
+                param="tools",
+            )
+        extras = {"client_tools": specs, "tool_results": results}
+    with anyio.CancelScope(shield=True):  # a client that leaves does not cancel the run
+        await _remember(store, thread_id, turn_id, params)
+        await tenant.dispatcher.submit(
+            thread_id, parsed.text or "", turn_id=turn_id, engine=engine, model=model, **extras
+        )
+    return await _answer(store, thread_id, turn_id, body, params)
+
+
+async def _answer(
+    store: ThreadStore,
+    thread_id: str,
+    turn_id: str,
+    body: Mapping[str, Any],
+    params: Mapping[str, Any] | None = None,
+) -> Response:
+    if params is None:
+        params = await _params(store, thread_id, turn_id)
+    projection = _projection(thread_id, turn_id, params)
+    if body.get("stream"):
+        return _sse(_fold(store, projection, follow=True), -1)
+    follow = not body.get("background")
+    async for _ in _fold(store, projection, follow=follow):
+        pass
+    return _json(projection.response())
+
+
+def _function_tools(tools: Any) -> tuple[ToolSpec, ...]:
+    """Return the request's ``function`` tools as ``ToolSpec`` s (400 for anything else)."""
+    if not isinstance(tools, list):
+        raise bad_request("'tools' must be a list", "tools")
+    specs: list[ToolSpec] = []
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, Mapping) or tool.get("type") != "function":
+            raise bad_request("only 'function' tools are accepted", f"tools[{index}]")
+        name, parameters = tool.get("name"), tool.get("parameters") or {}
+        if not isinstance(name, str) or not isinstance(parameters, Mapping):
+            raise bad_request("a function tool needs a 'name'", f"tools[{index}].name")
+        specs.append(ToolSpec(name, str(tool.get("description") or ""), dict(parameters)))
+    return tuple(specs)
+
+
+async def get_response(request: Request) -> Response:
+    thread_id, turn_id = _thread_of(request.path_params["response_id"])
+    store = await _tenant(request).store()
+    projection = _projection(thread_id, turn_id, await _params(store, thread_id, turn_id))
+    if request.query_params.get("stream") in ("true", "1"):
+        text = request.query_params.get("starting_after") or "-1"
+        try:
+            starting_after = int(text)
+        except ValueError:
+            raise bad_request("'starting_after' must be an integer", "starting_after") from None
+        return _sse(_fold(store, projection, follow=True), starting_after)
+    async for _ in _fold(store, projection, follow=False):
+        pass
+    return _json(projection.response())
+
+
+async def cancel_response(request: Request) -> Response:
+    thread_id, turn_id = _thread_of(request.path_params["response_id"])
+    tenant = _tenant(request)
+    store = await tenant.store()
+    projection = _projection(thread_id, turn_id, await _params(store, thread_id, turn_id))
+    async for _ in _fold(store, projection, follow=False):
+        pass
+    if not projection.done:
+        if not await tenant.dispatcher.interrupt(thread_id, turn_id):
+            raise OpenAIError(
+                409, "another server process runs this response; cancel it there", kind="conflict"
+            )
+        with anyio.move_on_after(10):
+            async for _ in _fold(store, projection, follow=True):
+                pass
+    return _json(projection.response())
+
+
+async def delete_response(request: Request) -> Response:
+    resp_id = request.path_params["response_id"]
+    thread_id, turn_id = _thread_of(resp_id)
+    store = await _tenant(request).store()
+    await _params(store, thread_id, turn_id)
+    await _remember(store, thread_id, turn_id, {"deleted": True})
+    return _json({"id": resp_id, "object": "response.deleted", "deleted": True})
+
+
+async def response_input_items(request: Request) -> Response:
+    thread_id, turn_id = _thread_of(request.path_params["response_id"])
+    store = await _tenant(request).store()
+    await _params(store, thread_id, turn_id)
+    entries = await store.read_events(thread_id)
+    items = [i for i in _items_of(entries, turn_id) if i.get("role") == "user"]
+    return _json(_list(items))
+
+
+ROUTES = [
+    Route("/v1/responses", _openai(create_response), methods=["POST"]),
+    Route("/v1/responses/{response_id}", _openai(get_response), methods=["GET"]),
+    Route("/v1/responses/{response_id}", _openai(delete_response), methods=["DELETE"]),
+    Route("/v1/responses/{response_id}/cancel", _openai(cancel_response), methods=["POST"]),
+    Route(
+        "/v1/responses/{response_id}/input_items",
+        _openai(response_input_items),
+        methods=["GET"],
+    ),
+    Route("/v1/conversations", _openai(create_conversation), methods=["POST"]),
+    Route("/v1/conversations/{conversation_id}", _openai(get_conversation), methods=["GET"]),
+    Route("/v1/conversations/{conversation_id}", _openai(update_conversation), methods=["POST"]),
+    Route("/v1/conversations/{conversation_id}", _openai(delete_conversation), methods=["DELETE"]),
+    Route(
+        "/v1/conversations/{conversation_id}/items", _openai(conversation_items), methods=["GET"]
+    ),
+    Route(
+        "/v1/conversations/{conversation_id}/items",
+        _openai(add_conversation_items),
+        methods=["POST"],
+    ),
+    Route("/v1/models", _openai(list_models), methods=["GET"]),
+]
+"""The OpenAI-compatible routes (mounted by ``create_app``)."""
