@@ -2,7 +2,8 @@
 
 Children committing to each store are killed with SIGKILL at random moments and the store
 is checked against what they acknowledged; writes and syncs fail with ENOSPC and EIO or
-write short; journal files are damaged at random; 100 streams share one runtime. Prints a
+write short; journal files are damaged at random, and reordered or cut with every line
+intact; 100 streams share one runtime. Prints a
 table (trial kind, trials, faults injected, acknowledged commits, commits lost, corrupt
 replays, recovery time) and exits non-zero when anything was lost or corrupt.
 
@@ -28,7 +29,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _torture import crash, faults, hostile, leases, load, tools  # noqa: E402 - after the path
+from _torture import crash, faults, hostile, leases, load, reorder, tools  # noqa: E402 - path
 from _torture.stats import KindStats, table  # noqa: E402
 from _torture.stores import (  # noqa: E402
     StoreSpec,
@@ -48,6 +49,7 @@ FULL = {
     "forked": 20,
     "faults": 12,
     "hostile": 1000,
+    "reorder": 300,
     "load_s": 10.0,
     "delay_s": 0.12,
 }
@@ -61,6 +63,7 @@ QUICK = {
     "forked": 1,
     "faults": 1,
     "hostile": 60,
+    "reorder": 12,
     "load_s": 2.0,
     "delay_s": 0.08,
 }
@@ -110,7 +113,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """Run every section; return the JSON report."""
     plan = QUICK if args.quick else FULL
     sections = (
-        set(args.only.split(",")) if args.only else {"crash", "leases", "faults", "hostile", "load"}
+        set(args.only.split(","))
+        if args.only
+        else {"crash", "leases", "faults", "hostile", "reorder", "load"}
     )
     kinds: list[KindStats] = []
     specs = store_specs(workdir / "stores")
@@ -214,6 +219,16 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 fsck=hostile.store_fsck if args.fsck and hostile.fsck_available() else None,
             )
         )
+    if "reorder" in sections:
+        # Lines swapped or overwritten at equal length, or a clean cut: every line intact.
+        progress(
+            await reorder.run_reordered(
+                lambda path: StoreSpec("jsonl", "jsonl", {"path": str(path)}),
+                workdir / "reorder",
+                int(plan["reorder"]),
+                seed=args.seed,
+            )
+        )
     for spec in specs:
         if spec.backend == "postgres":
             drop_schema(spec.settings["dsn"], spec.settings["schema"])
@@ -255,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a bounded run for CI")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
-    parser.add_argument("--only", help="comma list of sections: crash,leases,faults,hostile,load")
+    parser.add_argument(
+        "--only", help="comma list of sections: crash,leases,faults,hostile,reorder,load"
+    )
     parser.add_argument("--sessions", type=int, default=100, help="concurrent load streams")
     parser.add_argument(
         "--start-method",
