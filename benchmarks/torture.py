@@ -2,7 +2,8 @@
 
 Children committing to each store are killed with SIGKILL at random moments and the store
 is checked against what they acknowledged; writes and syncs fail with ENOSPC and EIO or
-write short; journal files are damaged at random; 100 streams share one runtime. Prints a
+write short; journal files are damaged at random, and reordered or cut with every line
+intact; 100 streams share one runtime. Prints a
 table (trial kind, trials, faults injected, acknowledged commits, commits lost, corrupt
 replays, recovery time) and exits non-zero when anything was lost or corrupt.
 
@@ -28,7 +29,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _torture import crash, faults, hostile, leases, load, serve, tools  # noqa: E402 - after the path
+from _torture import crash, faults, hostile, leases, load, reorder, serve, tools  # noqa: E402 - path
 from _torture.stats import KindStats, table  # noqa: E402
 from _torture.stores import (  # noqa: E402
     StoreSpec,
@@ -49,6 +50,7 @@ FULL = {
     "serve": 200,
     "faults": 12,
     "hostile": 1000,
+    "reorder": 300,
     "load_s": 10.0,
     "delay_s": 0.12,
 }
@@ -63,6 +65,7 @@ QUICK = {
     "serve": 3,
     "faults": 1,
     "hostile": 60,
+    "reorder": 12,
     "load_s": 2.0,
     "delay_s": 0.08,
 }
@@ -114,7 +117,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     sections = (
         set(args.only.split(","))
         if args.only
-        else {"crash", "leases", "faults", "hostile", "load", "serve"}
+        else {"crash", "leases", "faults", "hostile", "reorder", "load", "serve"}
     )
     kinds: list[KindStats] = []
     specs = store_specs(workdir / "stores")
@@ -227,6 +230,16 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 fsck=hostile.store_fsck if args.fsck and hostile.fsck_available() else None,
             )
         )
+    if "reorder" in sections:
+        # Lines swapped or overwritten at equal length, or a clean cut: every line intact.
+        progress(
+            await reorder.run_reordered(
+                lambda path: StoreSpec("jsonl", "jsonl", {"path": str(path)}),
+                workdir / "reorder",
+                int(plan["reorder"]),
+                seed=args.seed,
+            )
+        )
     for spec in specs:
         if spec.backend == "postgres":
             drop_schema(spec.settings["dsn"], spec.settings["schema"])
@@ -269,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     parser.add_argument(
-        "--only", help="comma list of sections: crash,leases,faults,hostile,load,serve"
+        "--only", help="comma list of sections: crash,leases,faults,hostile,reorder,load,serve"
     )
     parser.add_argument("--sessions", type=int, default=100, help="concurrent load streams")
     parser.add_argument(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,26 @@ async def test_data_survives_a_new_store_object(jsonl_factory: JsonlThreadStoreF
     assert [e.sequence for e in await store.append_events("k", [msg(2)])] == [3]
 
 
+async def unacknowledged_line(
+    factory: JsonlThreadStoreFactory, thread_id: str, event: ItemCompleted
+) -> bytes:
+    """Return the journal line an append of ``event`` writes, without appending it here.
+
+    Appended to a copy of the store: this store's index never hears of it, as of a write
+    a crash cut short before it was acknowledged (a line the index knows is damage if torn).
+    """
+    copy = factory.base_path.with_name(factory.base_path.name + "-copy")
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(factory.base_path, copy)
+    other = await JsonlThreadStoreFactory(base_path=copy).open()
+    async with other:
+        before = other.journal_path(thread_id).read_bytes()
+        await other.append_events(thread_id, [event])
+        line = other.journal_path(thread_id).read_bytes()[len(before) :]
+    shutil.rmtree(copy)
+    return line
+
+
 async def test_torn_last_line_is_cut_and_earlier_events_survive(
     jsonl_factory: JsonlThreadStoreFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -169,9 +190,8 @@ async def test_torn_last_line_is_cut_and_earlier_events_survive(
         await store.append_events("torn", [msg(i)])
     path = store.journal_path("torn")
     whole = path.read_bytes()
-    await store.append_events("torn", [msg(99)])
-    # A crash mid-write: half of the last line reached the disk.
-    last = path.read_bytes()[len(whole) :]
+    last = await unacknowledged_line(jsonl_factory, "torn", msg(99))
+    # A crash mid-write: half of a line never acknowledged (nor indexed) reached the disk.
     path.write_bytes(whole + last[: len(last) // 2])
     store = await jsonl_factory.open()
     assert [e.sequence for e in await store.read_events("torn")] == [1, 2, 3]
@@ -189,9 +209,9 @@ async def test_an_unterminated_last_line_is_a_torn_write_moved_aside_by_the_next
 ) -> None:
     store = await jsonl_factory.open()
     await store.create_thread(meta("nl"))
-    await store.append_events("nl", [msg(1)])
     path = store.journal_path("nl")
-    torn = path.read_bytes()[:-1]
+    line = await unacknowledged_line(jsonl_factory, "nl", msg(1))
+    torn = path.read_bytes() + line[:-1]
     path.write_bytes(torn)  # the commit's one write lost its last byte: never acknowledged
     store = await jsonl_factory.open()
     assert await store.read_events("nl") == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,3 +78,58 @@ class TestThreadStoreConformance(ThreadStoreConformance):
                 factory.dsn, schema=factory.schema, max_size=2, read_only=True
             )
         return None
+
+    def damage_event(
+        self, factory: ThreadStoreFactory, thread_id: str, sequence: int, kind: str
+    ) -> bool:
+        """Damage one event as a user or bit rot would: the file's lines, the rows by SQL."""
+        if isinstance(factory, JsonlThreadStoreFactory):
+            journal = factory.base_path / "threads" / f"{thread_id}.jsonl"
+            lines = journal.read_bytes().splitlines(keepends=True)
+            if kind == "garbage":  # the text changed, the checksum not: the line fails it
+                lines[sequence] = lines[sequence].replace(b'"text":"', b'"text":"X', 1)
+            else:
+                del lines[sequence]  # line 0 is the create line, line n holds sequence n
+            journal.write_bytes(b"".join(lines))
+            return True
+        if isinstance(factory, SqliteThreadStoreFactory):
+            with sqlite3.connect(factory.path) as conn:
+                if kind == "garbage":
+                    conn.execute(
+                        "UPDATE roder_events SET event = 'not json {' "
+                        "WHERE thread_id = ? AND sequence = ?",
+                        (thread_id, sequence),
+                    )
+                else:
+                    conn.execute(
+                        "DELETE FROM roder_events WHERE thread_id = ? AND sequence = ?",
+                        (thread_id, sequence),
+                    )
+            conn.close()
+            return True
+        if type(factory).__name__ == "PostgresThreadStoreFactory":
+            import psycopg
+            from psycopg import sql
+
+            from roder_postgres_thread_store import PostgresThreadStoreFactory
+
+            assert isinstance(factory, PostgresThreadStoreFactory)
+            table = sql.Identifier(factory.schema, "roder_events")
+            with psycopg.connect(factory.resolved_dsn(), autocommit=True) as pg:
+                if kind == "garbage":  # the column is text: any text at all
+                    pg.execute(
+                        sql.SQL(
+                            "UPDATE {} SET event = 'not json {{' "
+                            "WHERE thread_id = %s AND sequence = %s"
+                        ).format(table),
+                        (thread_id, sequence),
+                    )
+                else:
+                    pg.execute(
+                        sql.SQL("DELETE FROM {} WHERE thread_id = %s AND sequence = %s").format(
+                            table
+                        ),
+                        (thread_id, sequence),
+                    )
+            return True
+        return False

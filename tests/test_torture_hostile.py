@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
-from _torture import hostile
+from _torture import hostile, reorder
 from _torture.stats import KindStats
 from _torture.stores import StoreSpec, drop_schema, installed_backends, postgres_dsn
 from hypothesis import HealthCheck, given, settings
@@ -115,6 +115,14 @@ async def test_the_fsck_command_reports_damage(tmp_path: Path) -> None:
         pytest.skip("`roder fsck` has not landed yet")
     stats = await hostile.run_hostile(_spec, tmp_path, 3, seed=9, fsck=hostile.cli_fsck)
     assert stats.problems == []
+
+
+@pytest.mark.anyio
+async def test_reordered_and_cut_journals_are_refused_and_reported(tmp_path: Path) -> None:
+    """The torture kind of issue 21 item 13: intact lines, wrong order or a clean cut."""
+    stats = await reorder.run_reordered(_spec, tmp_path, 24, seed=3)
+    assert stats.problems == []
+    assert stats.trials == 24 and stats.ok
 
 
 # --- thread ids and titles ----------------------------------------------------------------------

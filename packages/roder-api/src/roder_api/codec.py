@@ -47,7 +47,7 @@ from roder_api._record import (
     record_types,
     to_dict,
 )
-from roder_api.errors import UnserializableEventError
+from roder_api.errors import StoreCorruptedError, UnserializableEventError
 from roder_api.events import JournalEvent
 
 MAX_NESTING = 256
@@ -288,26 +288,47 @@ def event_decoders() -> Mapping[str, Callable[[Mapping[str, Any]], Any]]:
     return record_decoders()
 
 
-def journal_events(rows: Iterable[tuple[Any, Any, bytes | str]]) -> list[JournalEvent]:
+def journal_events(
+    rows: Iterable[tuple[Any, Any, bytes | str]], *, thread_id: str | None = None
+) -> list[JournalEvent]:
     """Return the journal events of ``(sequence, recorded_at_ms, event JSON)`` rows.
 
     The fast path of a store's bulk read: each event is decoded with :func:`loads_json` and
     :func:`from_dict`, the ``JournalEvent`` is built without its constructor's checks, and
-    the cyclic collector is paused meanwhile (:func:`gc_paused`).
+    the cyclic collector is paused meanwhile (:func:`gc_paused`). A row that does not
+    decode (not JSON, not a Roder record) raises ``StoreCorruptedError`` naming
+    ``thread_id`` and the row's sequence.
     """
     make, parse, marks, decoders = _build_journal_event, orjson.loads, _MARKS, record_decoders()
     out: list[JournalEvent] = []
     append = out.append
+    seq: Any = None
     with gc_paused():
-        for seq, at, raw in rows:
-            # loads_json and from_dict, inlined: this loop runs once per event of a thread.
-            data = parse(raw) if raw and raw[0] not in marks else loads_json(raw)
-            try:
-                event = decoders[data["type"]](data)
-            except (KeyError, TypeError):
-                event = from_dict(data)  # raises the codec's own error for a bad record
-            append(make(int(seq), int(at), event))
+        # One try around the loop: free while nothing fails (a try per row is not).
+        try:
+            for seq, at, raw in rows:
+                # loads_json and from_dict, inlined: this loop runs once per event of a thread.
+                data = parse(raw) if raw and raw[0] not in marks else loads_json(raw)
+                try:
+                    event = decoders[data["type"]](data)
+                except (KeyError, TypeError):
+                    event = from_dict(data)  # raises the codec's own error for a bad record
+                append(make(int(seq), int(at), event))
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            raise _damaged_row(thread_id, seq, exc) from None
     return out
+
+
+def _damaged_row(thread_id: str | None, sequence: Any, exc: Exception) -> StoreCorruptedError:
+    """Return the error for a stored event row that does not decode (``exc`` says why)."""
+    where = f"thread {thread_id!r}" if thread_id is not None else "a thread"
+    number = sequence if isinstance(sequence, int) else None
+    return StoreCorruptedError(
+        f"{where} is damaged: the event at sequence {sequence} is not a Roder record "
+        f"({exc}); nothing was changed",
+        thread_id=thread_id,
+        sequence=number,
+    )
 
 
 class _GcPause:

@@ -224,7 +224,11 @@ class InvalidThreadIdError(StoreError, ValueError):
 
 
 class StoreCorruptedError(StoreError):
-    """Raised when stored data is damaged in a way that is not safe to repair automatically."""
+    """Raised when stored data is damaged in a way that is not safe to repair automatically.
+
+    ``thread_id`` names the thread; ``path`` and ``line`` say where in a file (a journal),
+    ``sequence`` which event (a database row) when the store knows.
+    """
 
     def __init__(
         self,
@@ -233,10 +237,12 @@ class StoreCorruptedError(StoreError):
         thread_id: str | None = None,
         path: str | None = None,
         line: int | None = None,
+        sequence: int | None = None,
     ) -> None:
         self.thread_id = thread_id
         self.path = path
         self.line = line
+        self.sequence = sequence
         super().__init__(message)
 
 

@@ -115,6 +115,7 @@ def damage_error(thread_id: str, path: Path | str, damage: Damage) -> StoreError
         "sequence": "a sequence number that does not continue the journal",
         "header": "a first line that is not a valid create record",
         "torn_tail": "no complete first line",
+        "truncated": "a journal shorter than its index row says",
     }.get(damage.kind, damage.kind)
     return StoreCorruptedError(
         f"journal {path} is damaged at line {damage.line} ({what}: {damage.reason}); "

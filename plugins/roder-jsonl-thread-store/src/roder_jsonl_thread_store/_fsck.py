@@ -14,11 +14,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from roder_api.codec import from_dict, loads_json
 from roder_api.errors import ThreadNotFoundError
 from roder_api.storekit import CheckReport, RepairReport
 from roder_jsonl_thread_store._core import StoreCore, log
-from roder_jsonl_thread_store._index import IndexUnavailable
-from roder_jsonl_thread_store._journal import NEWER_VERSION, TORN_TAIL, Damage, scan
+from roder_jsonl_thread_store._index import IndexRow, IndexUnavailable
+from roder_jsonl_thread_store._journal import (
+    NEWER_VERSION,
+    TORN_TAIL,
+    Damage,
+    JournalState,
+    lost_lines,
+    scan,
+)
 from roder_jsonl_thread_store._locks import ProcessLock
 from roder_jsonl_thread_store._reader import JournalReader
 from roder_jsonl_thread_store._writer import JournalWriter, quarantine_path, quarantine_tail
@@ -131,6 +139,12 @@ class ThreadRepair(RepairReport):
         }
 
 
+def truncation(state: JournalState, row: IndexRow) -> Damage | None:
+    """Return the damage of a journal that lost lines its index row knows, else None."""
+    last = from_dict(loads_json(row.meta)).last_sequence
+    return lost_lines(state, row.lines, row.head_crc, last)
+
+
 class JournalChecker:
     """fsck for one store: check (read only), repair, reindex, prune."""
 
@@ -172,12 +186,16 @@ class JournalChecker:
             index = "missing"
         elif state is None:
             index = "disagrees"
-        elif core.row(thread_id, state) == row:
+        elif replace(core.row(thread_id, state), inode=row.inode) == row:
+            # Inode numbers alone do not make a row wrong: a store copied or restored
+            # (`cp -a`, a backup) has the same bytes under new numbers. Readers refresh it.
             index = "ok"
-        elif row.inode == state.inode and row.size < state.size:
+        elif row.size < state.size and truncation(state, row) is None:
             index = "behind"
         else:
             index = "disagrees"
+        if state is not None and row is not None and result.damage is None:
+            result = replace(result, damage=truncation(state, row))
         if state is None and result.damage is None:
             result = replace(result, damage=Damage(0, 1, "header", "the journal is empty"))
         return ThreadCheck(
@@ -213,6 +231,21 @@ class JournalChecker:
                     repair,
                     unrepaired=f"line {damage.line} is from a newer Roder; upgrade roder",
                 )
+            try:
+                row = core.index.get(thread_id)
+            except IndexUnavailable:
+                row = None
+            lost = None
+            if result.state is not None and row is not None:
+                lost = truncation(result.state, row)
+            if lost is not None:
+                # The row knows lines the journal no longer has (or will not keep after the
+                # cut below). Repairing accepts the shorter journal, as --reindex does: its
+                # lost sequence numbers are written again from here on, so say so. Until a
+                # repair every read and write refuses.
+                if damage is None or damage.automatic:
+                    log.warning("journal %s: %s; accepting the shorter journal", path, lost.reason)
+                core.delete_row(thread_id)
             if damage is not None:
                 quarantine = quarantine_path(path)
                 if result.state is None or damage.offset == 0:

@@ -204,6 +204,21 @@ class ThreadIndex:
                 raise
             db.execute("COMMIT")
 
+    def refresh(self, row: IndexRow, inode: int, size: int) -> bool:
+        """Replace a thread's row unless it changed from ``(inode, size)``; return True if so.
+
+        For a reader that rescanned a journal: a writer that updated the row meanwhile
+        knows better, and its row stays.
+        """
+        with self._cursor() as db:
+            cursor = db.execute(
+                "UPDATE threads SET updated_at_ms = ?, inode = ?, size = ?, lines = ?, "
+                "head_crc = ?, boundary_offset = ?, boundary_sequence = ?, meta = ? "
+                "WHERE thread_id = ? AND inode = ? AND size = ?",
+                (*row.values()[1:], row.thread_id, inode, size),
+            )
+            return cursor.rowcount > 0
+
     def make_durable(self) -> None:
         """Sync every committed row to disk (rows are otherwise synced at checkpoints only).
 

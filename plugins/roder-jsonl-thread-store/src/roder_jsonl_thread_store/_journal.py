@@ -35,6 +35,7 @@ MID_FILE = "mid_file"
 SEQUENCE = "sequence"
 HEADER = "header"
 NEWER_VERSION = "newer_version"
+TRUNCATED = "truncated"
 
 AUTOMATIC = frozenset({TORN_TAIL})
 """Damage kinds a writer repairs on its own (under the writer lock): a crash mid-write."""
@@ -183,6 +184,73 @@ _REASONS = {
     HEADER: "the first line is not a valid create record of this thread",
     SEQUENCE: "the sequence numbers do not continue the journal",
 }
+
+
+def lost_lines(
+    state: JournalState, row_lines: int, row_head_crc: int, row_last: int
+) -> Damage | None:
+    """Return the damage of a journal shorter than its index row says, else None.
+
+    The row records how many complete lines the journal had and its last sequence; a
+    journal of the same first line that now ends before them lost lines (cut at a line
+    boundary, or an older copy put back): damage, or the next append would write a lost
+    sequence number a second time.
+    """
+    if row_head_crc != state.head_crc or (
+        row_lines <= state.lines and row_last <= state.metadata.last_sequence
+    ):
+        return None
+    return Damage(
+        state.size,
+        state.lines + 1,
+        TRUNCATED,
+        f"the journal ends at sequence {state.metadata.last_sequence} after {state.lines} "
+        f"lines, but its index row knows sequence {row_last} and {row_lines} lines: lines "
+        "are missing (the journal was cut, or an older copy put in its place)",
+    )
+
+
+def last_line_damage(file: BinaryIO, state: JournalState) -> Damage | None:
+    """Return damage when the journal's last events line does not end at the known sequence.
+
+    The check of a state taken from the index row without reading the journal (sizes
+    match): one read near the end. Lines swapped or repeated at the end (the size
+    unchanged) are found here before a write continues the journal.
+    """
+    if state.metadata.last_sequence == 0:
+        return None
+    end, number, window = state.size, state.lines, 4096
+    while True:
+        start = max(0, end - window)
+        file.seek(start)
+        data = file.read(end - start)
+        cut = data.rfind(NEWLINE, 0, len(data) - 1)
+        if cut >= 0 or start == 0:
+            line = data[cut + 1 :]
+            offset = start + cut + 1
+            try:
+                record = parse_line(line[:-1])
+            except BadLine as exc:
+                return Damage(offset, number, DAMAGED_LINE, str(exc))
+            if record.get("k") == "events":
+                events = record.get("events")
+                seq = record.get("seq")
+                count = len(events) if isinstance(events, list) else 0
+                if not isinstance(seq, int) or seq + count - 1 != state.metadata.last_sequence:
+                    return Damage(
+                        offset,
+                        number,
+                        SEQUENCE,
+                        f"the last events line ends at sequence "
+                        f"{seq + count - 1 if isinstance(seq, int) else seq!r}, but the "
+                        f"journal's index row says {state.metadata.last_sequence}",
+                    )
+                return None
+            if offset == 0:
+                return Damage(0, 1, SEQUENCE, "no events line, but the index row knows events")
+            end, number, window = offset, number - 1, 4096  # a meta line: the one before it
+        else:
+            window *= 2
 
 
 def scan(

@@ -45,6 +45,22 @@ def newer_format(path: Path | str, version: object) -> StoreError:
     )
 
 
+def out_of_order(seq: object, expected: int) -> str:
+    """Return why an events line whose first sequence is not the one expected is damage."""
+    return (
+        f"sequence {seq} where sequence {expected} was expected: lines are out of order, "
+        "repeated or missing"
+    )
+
+
+def cut_short(expected: int, state: JournalState) -> ValueError:
+    """Return why a journal whose lines end before the last sequence known is damage."""
+    return ValueError(
+        f"the lines end at sequence {expected - 1}, the journal's last known sequence is "
+        f"{state.metadata.last_sequence}: lines are missing"
+    )
+
+
 def damaged(
     core: StoreCore,
     thread_id: str,
@@ -96,6 +112,10 @@ def read_events(
     room = limit if limit is not None else state.metadata.last_sequence + 1
     position = offset
     number = 0
+    # The sequence the next events line must start at (0: the first line read mid-file,
+    # which must hold or precede ``after + 1``): the index row only says where the journal
+    # ends, so what is read is checked, and an edit that kept the size is damage too.
+    expected = 1 if offset == 0 else 0
     file.seek(offset)
     for raw in file:
         position += len(raw)
@@ -114,6 +134,9 @@ def read_events(
             seq = record["seq"]
             events = record["events"]
             count = len(events)
+            if seq != expected and (expected or not 0 < seq <= after + 1):
+                raise ValueError(out_of_order(seq, expected or after + 1))
+            expected = seq + count
             if count == 1 and after < seq < stop:
                 # The common case: a line of one event, and it is wanted (room >= 1).
                 event = events[0]
@@ -142,7 +165,7 @@ def read_events(
             if seq + count <= after + 1:
                 continue
             if seq >= stop:
-                break
+                return out
             t = record["t"]
             for index, event in enumerate(events):
                 sequence = seq + index
@@ -157,6 +180,9 @@ def read_events(
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             where = (position - len(raw), number if offset == 0 else None)
             raise damaged(core, thread_id, path, state, file, where, exc) from None
+    if expected - 1 != state.metadata.last_sequence:
+        where = (min(position, end), number + 1 if offset == 0 else None)
+        raise damaged(core, thread_id, path, state, file, where, cut_short(expected, state))
     return out
 
 
@@ -179,6 +205,7 @@ def read_turns(
     end = state.size
     position = 0
     number = 0
+    expected = 1  # as in read_events: sequences are checked, not taken from the index
     file.seek(0)
     for raw in file:
         position += len(raw)
@@ -194,7 +221,11 @@ def read_turns(
                 raise newer_format(path, record["v"])
             if record["k"] != "events":
                 continue
-            for event in record["events"]:
+            events = record["events"]
+            if record["seq"] != expected:
+                raise ValueError(out_of_order(record["seq"], expected))
+            expected += len(events)
+            for event in events:
                 if event["type"] == "item_completed" and len(event) == 3:
                     # ItemCompleted's own decoder, without building the event.
                     item = event["item"]
@@ -220,6 +251,9 @@ def read_turns(
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             where = (position - len(raw), number)
             raise damaged(core, thread_id, path, state, file, where, exc) from None
+    if expected - 1 != state.metadata.last_sequence:
+        where = (min(position, end), number + 1)
+        raise damaged(core, thread_id, path, state, file, where, cut_short(expected, state))
     if items:
         turns.append(Turn(turn_id, tuple(items)))
     return tuple(turns)

@@ -40,8 +40,14 @@ from roder_jsonl_thread_store._format import (
     RECORD_START,
     line_crc,
 )
-from roder_jsonl_thread_store._index import IndexUnavailable
-from roder_jsonl_thread_store._journal import Damage, JournalState, scan
+from roder_jsonl_thread_store._index import IndexRow, IndexUnavailable
+from roder_jsonl_thread_store._journal import (
+    Damage,
+    JournalState,
+    last_line_damage,
+    lost_lines,
+    scan,
+)
 from roder_jsonl_thread_store._lines import read_events, read_turns
 from roder_jsonl_thread_store._locks import HAVE_FLOCK, ProcessLock, bury, dead_sessions
 
@@ -148,22 +154,30 @@ class JournalReader:
 
     def _base_state(
         self, thread_id: str, file: BinaryIO, st: os.stat_result
-    ) -> JournalState | None:
-        """Return a known state that the journal extends (cached or from the index)."""
+    ) -> tuple[JournalState | None, IndexRow | None]:
+        """Return a known state that the journal extends (cached or from the index).
+
+        Also the index row when there is one and the state is not from this process's
+        cache: a scan is then compared with it (a journal shorter than its row is damage).
+        """
         cached = self.core.states.get(thread_id)
         if cached is not None and cached.inode == st.st_ino and cached.size <= st.st_size:
-            return cached
+            return cached, None
         try:
             row = self.core.index.get(thread_id)
         except IndexUnavailable:
             row = None
-        if row is None or row.inode != st.st_ino or row.size > st.st_size:
-            return None
+        if row is None:
+            return None, None
+        if row.inode != st.st_ino or row.size > st.st_size:
+            # Another file (a copy restored: new inode numbers) or a shorter one: rescan,
+            # then compare with the row.
+            return None, row
         head = file.read(RECORD_START)
         if line_crc(head) != row.head_crc:
-            return None
+            return None, None
         meta = from_dict(loads_json(row.meta))
-        return JournalState(
+        state = JournalState(
             inode=row.inode,
             size=row.size,
             lines=row.lines,
@@ -172,6 +186,29 @@ class JournalReader:
             boundary_offset=row.boundary_offset,
             boundary_sequence=row.boundary_sequence,
         )
+        return state, row
+
+    def _compare_row(
+        self, thread_id: str, path: Path | str, state: JournalState, row: IndexRow
+    ) -> None:
+        """Refuse a scanned journal that lost lines its index row knows; else refresh it.
+
+        A row of another inode whose journal checks out (a store copied or restored: the
+        same bytes under new inode numbers) is brought up to the file, so the next open
+        trusts it again; only when the store may write, and only if nobody changed the row
+        meanwhile.
+        """
+        core = self.core
+        meta = from_dict(loads_json(row.meta))
+        lost = lost_lines(state, row.lines, row.head_crc, meta.last_sequence)
+        if lost is not None:
+            core.states.pop(thread_id, None)
+            raise damage_error(thread_id, path, lost)
+        if row.inode != state.inode and not core.read_only:
+            try:
+                core.index.refresh(core.row(thread_id, state), row.inode, row.size)
+            except IndexUnavailable as exc:
+                log.warning("could not refresh the index row of %s: %s", thread_id, exc)
 
     def scan_journal(self, thread_id: str) -> tuple[JournalState, Damage | None, int]:
         """Return the journal's state up to its last good line, a torn tail, the file size.
@@ -196,6 +233,7 @@ class JournalReader:
         core = self.core
         st = os.fstat(file.fileno())
         known = core.damaged.get(thread_id)
+        row: IndexRow | None = None
         if known is not None:
             if (known[0], known[1]) == (st.st_ino, st.st_size):
                 raise known[2]
@@ -203,8 +241,15 @@ class JournalReader:
             core.states.pop(thread_id, None)
             base = None
         else:
-            base = self._base_state(thread_id, file, st)
+            base, row = self._base_state(thread_id, file, st)
         if base is not None and base.size == st.st_size:
+            if row is not None:
+                # Taken from the index without reading the journal: check its last line
+                # (one read) before anyone continues it; reads check every line they read.
+                tail = last_line_damage(file, base)
+                if tail is not None:
+                    core.states.pop(thread_id, None)
+                    raise damage_error(thread_id, path, tail)
             core.states[thread_id] = base
             return base, None, st.st_size
         result = scan(file, st.st_ino, base, thread_id=thread_id)
@@ -220,6 +265,8 @@ class JournalReader:
             core.states.pop(thread_id, None)
             where = damage if damage is not None else Damage(0, 1, "header", "it is empty")
             raise damage_error(thread_id, path, where)
+        if row is not None:
+            self._compare_row(thread_id, path, state, row)
         core.states[thread_id] = state
         return state, damage, st.st_size
 

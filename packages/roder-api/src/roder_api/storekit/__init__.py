@@ -26,6 +26,7 @@ from __future__ import annotations
 from roder_api._thread_contract import UNSET, TurnFold
 from roder_api.storekit._blocking import BlockingThreadStore
 from roder_api.storekit._checks import (
+    check_complete,
     check_consecutive,
     check_continues,
     check_expected,
@@ -68,6 +69,7 @@ __all__ = [
     "TurnFold",
     "UNSET",
     "WriteBatch",
+    "check_complete",
     "check_consecutive",
     "check_continues",
     "check_expected",

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from roder_api._thread_contract import UNSET
-from roder_api.errors import SequenceConflictError
+from roder_api.errors import SequenceConflictError, StoreCorruptedError
 from roder_api.events import JournalEvent
 
 
@@ -36,6 +36,36 @@ def check_continues(thread_id: str, entries: Sequence[JournalEvent], last_sequen
         raise SequenceConflictError(thread_id, last_sequence + 1, entries[0].sequence)
 
 
+def check_complete(thread_id: str, entries: Sequence[JournalEvent], first: int, last: int) -> None:
+    """Raise ``StoreCorruptedError`` unless ``entries`` are exactly sequences first..last.
+
+    What a read of a sorted, unique sequence column must return: a missing sequence (a row
+    deleted behind the store's back) is damage, named by thread and sequence, never a
+    silently shorter answer. O(1) when the answer is whole (sorted and unique, the ends and
+    the count decide).
+    """
+    count = max(0, last - first + 1)
+    if len(entries) == count and (
+        not entries or (entries[0].sequence == first and entries[-1].sequence == last)
+    ):
+        return
+    missing = first
+    for entry in entries:
+        if entry.sequence != missing:
+            break
+        missing += 1
+    if missing > last:
+        what = f"it holds events after sequence {last}, the thread's last"
+    else:
+        what = f"the event at sequence {missing} is missing"
+    raise StoreCorruptedError(
+        f"thread {thread_id!r} is damaged: {what} (a read of sequences {first}..{last}); "
+        "nothing was changed",
+        thread_id=thread_id,
+        sequence=missing,
+    )
+
+
 def validate_expected(expected_last_sequence: object) -> int | None:
     """Return ``expected_last_sequence`` when it is None or an int >= 0; else ValueError."""
     if expected_last_sequence is None:
@@ -63,6 +93,7 @@ def check_expected(thread_id: str, expected_last_sequence: int | None, actual: i
 
 
 __all__ = [
+    "check_complete",
     "check_consecutive",
     "check_continues",
     "check_expected",

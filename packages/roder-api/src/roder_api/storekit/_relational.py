@@ -25,6 +25,7 @@ from roder_api.codec import journal_events, loads
 from roder_api.errors import RoderError, ThreadNotFoundError
 from roder_api.events import Event, JournalEvent
 from roder_api.storekit._blocking import BlockingThreadStore
+from roder_api.storekit._checks import check_complete
 from roder_api.storekit._cursors import decode_cursor, event_page, thread_page
 from roder_api.storekit._fold import replay_after
 from roder_api.storekit._group_commit import GroupCommit
@@ -243,8 +244,8 @@ class RelationalThreadStore(BlockingThreadStore):
         return int(found[0]), int(found[1]), found[2]
 
     @staticmethod
-    def _events(rows: Iterable[Any]) -> list[JournalEvent]:
-        return journal_events(rows)
+    def _events(thread_id: str, rows: Iterable[Any]) -> list[JournalEvent]:
+        return journal_events(rows, thread_id=thread_id)
 
     def get_sync(self, thread_id: str) -> ThreadMetadata:
         """Return the thread's metadata."""
@@ -257,7 +258,7 @@ class RelationalThreadStore(BlockingThreadStore):
     ) -> list[JournalEvent]:
         """Return the events above ``after`` (from the last boundary on when ``replay``)."""
         with self.read_transaction() as conn:
-            _, boundary, _ = self._row(conn, thread_id)
+            last, boundary, _ = self._row(conn, thread_id)
             if replay:
                 after = max(after, replay_after(boundary))
             params: tuple[int | None, ...]
@@ -271,7 +272,11 @@ class RelationalThreadStore(BlockingThreadStore):
                 params = (after, after + limit, limit)
             cursor = conn.execute(self.sql(_EVENTS + query), (thread_id, *params))
             # Decoded straight from the cursor: no list of every row next to the events.
-            return self._events(cursor)
+            events = self._events(thread_id, cursor)
+        # Checked against the thread's row: a deleted event row is damage, not a short read.
+        end = last if limit is None else min(last, after + limit)
+        check_complete(thread_id, events, after + 1, end)
+        return events
 
     def page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
         """Return up to ``limit`` events below ``before``, ascending."""
@@ -283,7 +288,9 @@ class RelationalThreadStore(BlockingThreadStore):
                 self.sql(_EVENTS + "AND sequence < ? ORDER BY sequence DESC LIMIT ?"),
                 (thread_id, before, limit),
             ).fetchall()
-        return event_page(self._events(rows[::-1]), before)
+        events = self._events(thread_id, rows[::-1])
+        check_complete(thread_id, events, max(1, before - limit), min(before - 1, last))
+        return event_page(events, before)
 
     def list_sync(self, cursor: str | None, limit: int) -> ThreadPage:
         """Return a page of threads, newest update first."""

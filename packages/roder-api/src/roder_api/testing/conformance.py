@@ -35,6 +35,7 @@ from roder_api.testing._kit_support import (
     user_item,
 )
 from roder_api.testing._store_checks_conditional import ConditionalAppendChecks
+from roder_api.testing._store_checks_damage import DamageChecks
 from roder_api.testing._store_checks_journal import JournalChecks
 from roder_api.testing._store_checks_processes import ProcessChecks
 from roder_api.testing._store_checks_threads import ThreadChecks
@@ -47,6 +48,7 @@ class ThreadStoreConformance(
     ConditionalAppendChecks,
     WaitChecks,
     ProcessChecks,
+    DamageChecks,
     ThreadStoreValueConformance,
 ):
     """The thread-store conformance kit: subclass it and override ``thread_store_factory``.
@@ -55,7 +57,9 @@ class ThreadStoreConformance(
     stores start empty for each test and whose ``open()`` may be called several times (a
     reopen, or two store objects on the same data at once). Class attributes tune the load
     of the concurrency checks; :meth:`child_process_factory` and :meth:`read_only_factory`
-    say how to open the same store in a child process and read-only.
+    say how to open the same store in a child process and read-only;
+    :meth:`damage_event` how to damage one stored event from outside (the damage checks are
+    skipped without it).
     """
 
 
