@@ -183,18 +183,6 @@ def strict_dicts(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return events
 
 
-def _dispatcher_takes_client_tools() -> bool:
-    import inspect
-
-    from roder_server._runs import Dispatcher
-
-    return "client_tools" in inspect.signature(Dispatcher.submit).parameters
-
-
-@pytest.mark.skipif(
-    not _dispatcher_takes_client_tools(),
-    reason="Dispatcher.submit does not pass client tools yet (see the OpenAI surface's request)",
-)
 def test_a_function_tool_round_trip(serve: Callable[..., Server]) -> None:
     server = serve()
     client = sdk(server)

@@ -8,8 +8,9 @@ from typing import Any, Protocol
 
 from roder_api.events import JournalEvent
 from roder_api.extension import ExtensionRegistry
-from roder_api.inference import InferenceEngine
+from roder_api.inference import InferenceEngine, ToolSpec
 from roder_api.threads import ThreadMetadata, ThreadStore
+from roder_api.transcript import ToolResultRecord
 
 
 class ServerSession(Protocol):
@@ -28,7 +29,13 @@ class ServerSession(Protocol):
         ...
 
     async def submit_input(
-        self, text: str, *, turn_id: str | None = None, steer: bool = False
+        self,
+        text: str,
+        *,
+        turn_id: str | None = None,
+        steer: bool = False,
+        client_tools: Sequence[ToolSpec] = (),
+        tool_results: Sequence[ToolResultRecord] = (),
     ) -> str:
         """Submit input (accepted once it returns); return its turn id."""
         ...

@@ -33,8 +33,9 @@ from roder_api.events import (
     TurnStarted,
     UsageUpdated,
 )
-from roder_api.inference import TokenUsage
+from roder_api.inference import TokenUsage, ToolSpec
 from roder_api.threads import ThreadStore
+from roder_api.transcript import ToolResultRecord
 from roder_server._problems import Problem
 from roder_server._protocol import ServerRuntime, ServerSession
 
@@ -168,6 +169,8 @@ class Dispatcher:
         engine: str | None = None,
         model: str | None = None,
         tools: Sequence[str] | None = None,
+        client_tools: Sequence[ToolSpec] = (),
+        tool_results: Sequence[ToolResultRecord] = (),
     ) -> tuple[str, str]:
         """Accept a run; return ``(turn_id, status)`` once its input is journaled.
 
@@ -188,10 +191,18 @@ class Dispatcher:
             held = await self._hold(thread_id, engine, model, chosen)
             session = held.session
             if session is None:
+                if client_tools or tool_results:
+                    raise Problem(
+                        503,
+                        "another server process holds this thread; client tools need it here",
+                        headers={"Retry-After": "1"},
+                    )
                 return await self._journal_input(thread_id, text, turn_id, multitask)
             held.in_flight += 1
             try:
-                return await self._submit_here(session, text, turn_id, multitask)
+                return await self._submit_here(
+                    session, text, turn_id, multitask, client_tools, tool_results
+                )
             except StoppedError:
                 continue  # it closed meanwhile: open another
             except BusyError as exc:
@@ -203,7 +214,13 @@ class Dispatcher:
         raise Problem(503, "the thread's session kept closing", headers={"Retry-After": "1"})
 
     async def _submit_here(
-        self, session: ServerSession, text: str, turn_id: str, multitask: str
+        self,
+        session: ServerSession,
+        text: str,
+        turn_id: str,
+        multitask: str,
+        client_tools: Sequence[ToolSpec] = (),
+        tool_results: Sequence[ToolResultRecord] = (),
     ) -> tuple[str, str]:
         running = session.running_turn_id
         if running is not None:
@@ -219,7 +236,9 @@ class Dispatcher:
             if multitask == "interrupt":
                 session.interrupt(running)
         busy = running is not None or not session.idle
-        accepted = await session.submit_input(text, turn_id=turn_id)
+        accepted = await session.submit_input(
+            text, turn_id=turn_id, client_tools=client_tools, tool_results=tool_results
+        )
         return accepted, "queued" if busy else "running"
 
     async def _journal_input(

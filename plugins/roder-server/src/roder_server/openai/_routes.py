@@ -11,7 +11,6 @@ Errors are in the OpenAI shape (``{"error": {"message", "type", "param", "code"}
 
 from __future__ import annotations
 
-import inspect
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -243,13 +242,6 @@ async def create_response(request: Request) -> Response:
     extras: dict[str, Any] = {}
     if specs or results:
         # Client function tools ride with the input (roder_runtime's client tools).
-        if "client_tools" not in inspect.signature(tenant.dispatcher.submit).parameters:
-            raise OpenAIError(
-                501,
-                "function tools need a roder serve whose run dispatcher passes client tools",
-                kind="server_error",
-                param="tools",
-            )
         extras = {"client_tools": specs, "tool_results": results}
     with anyio.CancelScope(shield=True):  # a client that leaves does not cancel the run
         await _remember(store, thread_id, turn_id, params)
