@@ -84,6 +84,8 @@ class AnthropicEngine(InferenceEngine):
         if id is not None:
             self.id = id
         self.settings = settings if settings is not None else AnthropicSettings()
+        # What `roder models` and a session report is the model this engine sends.
+        self.default_model = self.settings.model
         self._http = HttpxClient.for_settings(
             self.settings,
             user_agent="roder-anthropic/0.1",
