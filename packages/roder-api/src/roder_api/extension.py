@@ -155,7 +155,8 @@ class ExtensionRegistryBuilder:
     ``settings`` maps engine and store ids to their configuration tables; plugins that
     accept the opt-in ``settings`` hook argument receive it. ``locate(id, key)`` returns
     where a setting was written (``config.toml:7``), to put in front of the reason a plugin
-    gives for a bad setting (``PluginSettingsError``).
+    gives for a bad setting (``PluginSettingsError``). ``check_only`` is handed to the
+    ``register_tools`` hook: check settings, start nothing (``roder config check``).
     """
 
     def __init__(
@@ -163,11 +164,13 @@ class ExtensionRegistryBuilder:
         *,
         settings: Mapping[str, Mapping[str, Any]] | None = None,
         locate: Callable[[str, str | None], str | None] | None = None,
+        check_only: bool = False,
     ) -> None:
         self._settings: Mapping[str, Mapping[str, Any]] = MappingProxyType(
             {k: MappingProxyType(dict(v)) for k, v in (settings or {}).items()}
         )
         self._locate = locate
+        self._check_only = check_only
         self._misconfigured: dict[str, tuple[str, str]] = {}
         self._engines: dict[str, InferenceEngine] = {}
         self._factories: dict[str, ThreadStoreFactory] = {}
@@ -315,7 +318,7 @@ class ExtensionRegistryBuilder:
                 _collector(factories, ThreadStoreFactory),
                 report,
             )
-            self._call(pm, "register_tools", _collector(tools, Tool))
+            self._call(pm, "register_tools", _collector(tools, Tool), report, tools_hook=True)
             pm.hook.register_commands(register=_collector(commands, Command))
             # Check every id before committing any, so a plugin registers all or nothing.
             pending: set[str] = set()
@@ -393,9 +396,18 @@ class ExtensionRegistryBuilder:
         hook_name: str,
         register: Callable[[Any], None],
         misconfigured: Callable[[str, BaseException | str], None] | None = None,
+        *,
+        tools_hook: bool = False,
     ) -> None:
         caller = getattr(pm.hook, hook_name)
-        if misconfigured is None:
+        if tools_hook:
+            caller(
+                register=register,
+                settings=self._settings,
+                misconfigured=misconfigured,
+                check_only=self._check_only,
+            )
+        elif misconfigured is None:
             caller(register=register, settings=self._settings)
         else:
             caller(register=register, settings=self._settings, misconfigured=misconfigured)

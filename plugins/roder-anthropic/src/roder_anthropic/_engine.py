@@ -72,6 +72,7 @@ class AnthropicEngine(InferenceEngine):
     """
 
     id = "anthropic"
+    engine_type = "anthropic"
     capabilities = InferenceCapabilities(streaming=True, tool_calls=True, reasoning=True)
 
     def __init__(
@@ -90,6 +91,7 @@ class AnthropicEngine(InferenceEngine):
             self.settings,
             user_agent="roder-anthropic/0.1",
             status_failure=failure_for_status,
+            where=f"engine {self.id!r} at {self.settings.base_url}",
             transport=transport,
         )
 
