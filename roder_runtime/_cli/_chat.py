@@ -13,7 +13,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from roder_api.errors import InputTooLargeError, ThreadBusyError, ThreadNotFoundError
+from roder_api.errors import (
+    InputTooLargeError,
+    RoderError,
+    ThreadBusyError,
+    ThreadNotFoundError,
+)
 from roder_api.transcript import AssistantMessage, UserMessage
 from roder_runtime._cli._chat_input import LineEditor, clean_argument, read_stdin
 from roder_runtime._cli._chat_turn import Ask, TurnOutcome, follow_turn, note, run_turn
@@ -145,6 +150,7 @@ class _Chat:
         self.session: Session | None = None
         self.owner = f"roder {args.command}"  # named to whoever finds the thread in use
         self.ask: Ask | None = None  # how tool approvals are asked (on a terminal)
+        self.created: str | None = None  # the thread this chat made, until it is answered
 
     @property
     def model_label(self) -> str:
@@ -161,7 +167,7 @@ class _Chat:
         created = self.thread_id is None
         if self.thread_id is None:
             meta = await self.runtime.create_thread(title=self.title)
-            self.thread_id = meta.thread_id
+            self.thread_id = self.created = meta.thread_id
         try:
             self.session = await self.runtime.start_session(
                 self.thread_id, engine=self.engine.id, model=self.model, owner=self.owner
@@ -181,10 +187,30 @@ class _Chat:
     async def send(self, text: str) -> TurnOutcome:
         session = await self.open_session()
         try:
-            return await run_turn(session, text, self.ask)
+            outcome = await run_turn(session, text, self.ask)
         except InputTooLargeError as exc:
             note(f"roder: {exc}")
-            return TurnOutcome.FAILED
+            outcome = TurnOutcome.FAILED
+        if outcome is not TurnOutcome.FAILED:
+            self.created = None  # answered: the thread is the person's now
+        elif self.created is not None and self.created == self.thread_id:
+            await self._discard_created()
+        return outcome
+
+    async def _discard_created(self) -> None:
+        """Remove the thread this chat made when its first input was refused or failed.
+
+        Refused work changes nothing: no new thread is left behind holding only a
+        refusal (an input over the size limit, a key the server does not accept).
+        """
+        thread_id, self.created = self.created, None
+        if thread_id is None:
+            return
+        await self.close_session()
+        self.thread_id = None
+        with contextlib.suppress(RoderError):
+            await self.runtime.delete_thread(thread_id)
+            note(f"roder: thread {thread_id} was not kept: nothing was answered in it")
 
     async def show_resumed(self, thread_id: str) -> None:
         snapshot = await self.runtime.load_thread(thread_id)
