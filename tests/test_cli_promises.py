@@ -145,3 +145,15 @@ def test_a_404_names_the_engine_and_url(cli_env: dict[str, str]) -> None:
         failed = roder("prompt", "hello", env=cli_env, check=False)
     assert failed.returncode != 0, failed
     assert f"engine 'local' at {url}" in failed.stderr, failed.stderr
+
+
+def test_times_say_utc_once_in_exports_and_prune(cli_env: dict[str, str]) -> None:
+    first = roder("prompt", "hello", env=cli_env)
+    thread_id = first.stderr.split("thread: ", 1)[1].split()[0]
+    exported = roder("threads", "export", thread_id, "--format", "markdown", env=cli_env).stdout
+    assert "- created: " in exported and " UTC" in exported
+    pruned = roder("threads", "prune", "--older-than", "1s", "--dry-run", env=cli_env).stdout
+    nothing = roder("threads", "prune", "--older-than", "30d", "--dry-run", env=cli_env).stdout
+    for text in (exported, pruned, nothing):
+        assert "UTC UTC" not in text, text
+        assert "UTC)" in text or "UTC" in text
