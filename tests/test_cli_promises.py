@@ -157,3 +157,18 @@ def test_times_say_utc_once_in_exports_and_prune(cli_env: dict[str, str]) -> Non
     for text in (exported, pruned, nothing):
         assert "UTC UTC" not in text, text
         assert "UTC)" in text or "UTC" in text
+
+
+def test_agent_with_tools_exits_1_with_the_reason_at_max_tool_steps(tmp_path: Path) -> None:
+    import sys
+
+    script = str(Path(__file__).resolve().parent.parent / "examples" / "agent_with_tools.py")
+    result = subprocess.run(
+        [sys.executable, script, "--threads", str(tmp_path / "t"), "--max-tool-steps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result
+    assert "max_tool_steps" in result.stderr, result.stderr
+    assert "assistant: None" not in result.stdout
