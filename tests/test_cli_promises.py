@@ -172,3 +172,13 @@ def test_agent_with_tools_exits_1_with_the_reason_at_max_tool_steps(tmp_path: Pa
     assert result.returncode == 1, result
     assert "max_tool_steps" in result.stderr, result.stderr
     assert "assistant: None" not in result.stdout
+
+
+def test_threads_list_shows_each_threads_first_prompt(cli_env: dict[str, str]) -> None:
+    roder("prompt", "what is the capital of France?", env=cli_env)
+    roder("chat", env=cli_env, stdin="tell me a joke\n")
+    human = roder("threads", "list", env=cli_env).stdout
+    assert "'what is the capital of France?'" in human and "'tell me a joke'" in human, human
+    listed = json.loads(roder("threads", "list", "--json", env=cli_env).stdout)["threads"]
+    prompts = [meta["extra"]["first_prompt"] for meta in listed]
+    assert prompts == ["tell me a joke", "what is the capital of France?"]

@@ -42,6 +42,9 @@ HISTORY_SHOWN = 10
 
 PROMPT = "you> "
 
+FIRST_PROMPT_CHARS = 200
+"""How much of a new thread's first prompt its metadata keeps (``extra["first_prompt"]``)."""
+
 HELP = """\
 commands (anything else is sent to the model; start a line with // to send a leading /):
   /help             this list
@@ -156,8 +159,12 @@ class _Chat:
     def model_label(self) -> str:
         return self.model or self.runtime.default_model(self.engine)
 
-    async def open_session(self, announce: bool = False) -> Session:
+    async def open_session(self, announce: bool = False, first_prompt: str = "") -> Session:
         """Return the session, creating the thread on first use.
+
+        A new thread keeps the start of ``first_prompt`` in its metadata
+        (``extra["first_prompt"]``), for ``roder threads list`` to show without reading
+        the journal.
 
         A new thread's id is announced on stderr (``thread: <id>``), and an existing one's
         with ``announce``, once the session holds it: a thread in use is refused unnamed.
@@ -166,7 +173,8 @@ class _Chat:
             return self.session
         created = self.thread_id is None
         if self.thread_id is None:
-            meta = await self.runtime.create_thread(title=self.title)
+            extra = {"first_prompt": first_prompt[:FIRST_PROMPT_CHARS]} if first_prompt else None
+            meta = await self.runtime.create_thread(title=self.title, extra=extra)
             self.thread_id = self.created = meta.thread_id
         try:
             self.session = await self.runtime.start_session(
@@ -185,7 +193,7 @@ class _Chat:
             await session.aclose()
 
     async def send(self, text: str) -> TurnOutcome:
-        session = await self.open_session()
+        session = await self.open_session(first_prompt=text)
         try:
             outcome = await run_turn(session, text, self.ask)
         except InputTooLargeError as exc:
@@ -279,7 +287,7 @@ async def _one_prompt(args: argparse.Namespace, text: str) -> int:
         chat = _Chat(runtime, args)
         chat.thread_id = await _start_thread(runtime, args)
         try:
-            await chat.open_session(announce=True)
+            await chat.open_session(announce=True, first_prompt=text)
             outcome = await chat.send(text)
         finally:
             await chat.close_session()
