@@ -61,6 +61,13 @@ def test_a_typed_table_makes_an_anthropic_engine_that_says_its_real_model(
     assert "anthropic-default" not in human
 
 
+def test_roder_models_reports_the_model_anthropic_sends(cli_env: dict[str, str]) -> None:
+    write_config(cli_env, '[engines.anthropic]\nbase_url = "http://127.0.0.1:1"\n')
+    listed = json.loads(roder("models", "--json", env=cli_env, check=False).stdout)
+    by_engine = {entry["engine"]: entry for entry in listed}
+    assert by_engine["anthropic"]["default_model"] == "claude-sonnet-4-6"
+
+
 TOOL_MISTAKES = """\
 [tools]
 enabled = ["reverse_txt"]
