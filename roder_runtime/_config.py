@@ -14,6 +14,7 @@ from typing import Any
 
 from roder_api.errors import ConfigError
 from roder_api.tools import ApprovalPolicy, check_tool_name
+from roder_runtime._config_lines import NESTED_DEPTH, line_index
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -178,39 +179,6 @@ _ENV_OVERRIDES: tuple[tuple[str, str], ...] = (
 )
 
 
-_NESTED_DEPTH = 8
-"""How many tables deep inside a plugin's table the lines of keys are recorded."""
-
-_KEY_PART = r'(?:"[^"]*"|[A-Za-z0-9_-]+)'
-_HEADER = re.compile(r"^\s*\[\s*([^\]]+?)\s*\]")
-_KEYED = re.compile(rf"^\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
-_PARTS = re.compile(r'"([^"]*)"|([A-Za-z0-9_-]+)')
-
-
-def _line_index(text: str) -> dict[tuple[str | None, str], int]:
-    """Return the first line of every ``key =`` by table (and of every header, key "").
-
-    A dotted key (``models.m.temperature = 1`` in ``[engines.x]``) is indexed under the
-    table it lands in (``engines.x.models.m``) and each of its parent tables.
-    """
-    index: dict[tuple[str | None, str], int] = {}
-    current: str | None = None
-    for number, line in enumerate(text.splitlines(), start=1):
-        match = _HEADER.match(line)
-        if match:
-            current = ".".join(q if q else bare for q, bare in _PARTS.findall(match.group(1)))
-            index.setdefault((current, ""), number)
-            continue
-        match = _KEYED.match(line)
-        if match:
-            parts = [q if q else bare for q, bare in _PARTS.findall(match.group(1))]
-            table = current
-            for part in parts[: _NESTED_DEPTH + 2]:  # [engines.<id>] and its tables
-                index.setdefault((table, part), number)
-                table = f"{table}.{part}" if table else part
-    return index
-
-
 class _Loader:
     def __init__(self, source: str, text: str | None, sources: dict[str, str]) -> None:
         self.source = source
@@ -235,7 +203,7 @@ class _Loader:
         if self.text is None:
             return None
         if self._index is None:
-            self._index = _line_index(self.text)
+            self._index = line_index(self.text)
         return self._index.get((table, key))
 
     def error(self, message: str, table: str | None, key: str) -> ConfigError:
@@ -268,7 +236,7 @@ class _Loader:
     def note_nested(self, table: str, value: Mapping[str, Any]) -> None:
         """Record where every key of a plugin's ``table`` was written, nested tables too.
 
-        Down to ``_NESTED_DEPTH`` tables deep: a deeper key is given its ancestor's place
+        Down to ``NESTED_DEPTH`` tables deep: a deeper key is given its ancestor's place
         (and a hostile file of thousands of dotted levels costs no more).
         """
         pending: list[tuple[str, Mapping[str, Any], int]] = [(table, value, 0)]
@@ -276,7 +244,7 @@ class _Loader:
             name, mapping, depth = pending.pop()
             for key, item in mapping.items():
                 self.sources[f"{name}.{key}"] = self.where_nested(name, key)
-                if isinstance(item, Mapping) and depth + 1 < _NESTED_DEPTH:
+                if isinstance(item, Mapping) and depth + 1 < NESTED_DEPTH:
                     pending.append((f"{name}.{key}", item, depth + 1))
 
     def int_value(self, value: Any, table: str | None, key: str, minimum: int = 0) -> int:

@@ -58,7 +58,6 @@ from roder_api.storekit._workers import run_in_worker
 from roder_api.storekit._write_batch import EventRow, SqlConnection, ThreadRow, WriteBatch
 
 __all__ = [
-    "StoreSettings",
     "BlockingThreadStore",
     "CheckReport",
     "EventRow",
@@ -68,6 +67,7 @@ __all__ = [
     "RepairReport",
     "RepairableThreadStore",
     "SqlConnection",
+    "StoreSettings",
     "ThreadRow",
     "TurnFold",
     "UNSET",
