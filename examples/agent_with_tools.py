@@ -2,25 +2,30 @@
 
     python examples/agent_with_tools.py [FOLDER]                 # the scripted agent
     python examples/agent_with_tools.py [FOLDER] --engine openai # any configured engine
+    python examples/agent_with_tools.py --max-tool-steps 1       # a turn cut at its limit
 
 The task takes several steps: the agent lists the folder (``list_files``), picks the
 largest file, counts its words (``count_words``) and answers. Every call, its start and
 its result are journaled, so the thread replays exactly after a restart. By default the
 scripted engine plays the agent (deterministic, no network); with ``--engine`` the model
 of that engine (from ``$RODER_HOME/config.toml``) decides which tools to call.
+
+A turn that ends without an answer (it reached ``max_tool_steps``, the model call failed)
+exits with status 1 and says why on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
 
 import anyio
 
 from roder_api import ExtensionRegistryBuilder
-from roder_api.events import Event, ItemCompleted
+from roder_api.events import ErrorEvent, Event, ItemCompleted
 from roder_api.inference import AgentInferenceRequest, InferenceTurnContext, MessageDelta
 from roder_api.testing import ScriptedEngine, ScriptStep, default_reply, tool_call
 from roder_api.tools import tool
@@ -107,7 +112,7 @@ def configured_runtime() -> Runtime:
     return Runtime(builder.build(), config, owns_registry=True)
 
 
-async def main(folder: Path, engine: str | None, threads: Path) -> None:
+async def main(folder: Path, engine: str | None, threads: Path, max_steps: int | None) -> int:
     if engine is None:
         builder = ExtensionRegistryBuilder()
         builder.inference_engine(ScriptedEngine(turns=scripted_agent))
@@ -116,6 +121,9 @@ async def main(folder: Path, engine: str | None, threads: Path) -> None:
         runtime = Runtime(builder.build(), RuntimeConfig())
     else:
         runtime = await anyio.to_thread.run_sync(configured_runtime)
+    if max_steps is not None:
+        runtime.config.tools.max_tool_steps = max_steps
+    errors: list[str] = []
     async with runtime:
         thread_id = (await runtime.create_thread(title="agent with tools")).thread_id
         task = TASK.format(folder=folder)
@@ -127,11 +135,19 @@ async def main(folder: Path, engine: str | None, threads: Path) -> None:
                     print(f"  -> {event.item.name}({event.item.arguments})")
                 elif isinstance(event, ItemCompleted) and isinstance(event.item, ToolResultRecord):
                     print(f"  <- {event.item.result}")
+                elif isinstance(event, ErrorEvent):
+                    errors.append(event.message)
 
         reply = await runtime.run_turn(
             thread_id, task, emit=show, engine=engine, tools=["list_files", "count_words"]
         )
-        print(f"assistant: {reply}")
+    if reply is None:
+        # The turn ended without an answer: say why (the journal has it too), and fail.
+        reason = "; ".join(errors) or "the turn ended without an answer"
+        print(f"agent_with_tools: no answer: {reason}", file=sys.stderr)
+        return 1
+    print(f"assistant: {reply}")
+    return 0
 
 
 if __name__ == "__main__":
@@ -139,10 +155,16 @@ if __name__ == "__main__":
     parser.add_argument("folder", nargs="?", type=Path, help="default: a sample folder")
     parser.add_argument("--engine", help="a configured engine id (default: the scripted agent)")
     parser.add_argument("--threads", type=Path, default=None, help="where the JSONL store lives")
+    parser.add_argument(
+        "--max-tool-steps", type=int, default=None, help="tool steps per turn ([tools] default)"
+    )
     args = parser.parse_args()
-    anyio.run(
-        main,
-        args.folder or sample_folder(),
-        args.engine,
-        args.threads or Path(tempfile.mkdtemp(prefix="roder-threads-")),
+    sys.exit(
+        anyio.run(
+            main,
+            args.folder or sample_folder(),
+            args.engine,
+            args.threads or Path(tempfile.mkdtemp(prefix="roder-threads-")),
+            args.max_tool_steps,
+        )
     )

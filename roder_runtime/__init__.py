@@ -7,15 +7,12 @@ from __future__ import annotations
 
 from roder_api import __version__ as _api_version
 from roder_runtime._compaction import CompactionResult
-from roder_runtime._config import (
+from roder_runtime._config import RuntimeConfig, default_config_path, load_config, roder_home
+from roder_runtime._config_sections import (
     BudgetConfig,
     CompactionConfig,
     ReliabilityConfig,
-    RuntimeConfig,
     ToolsConfig,
-    default_config_path,
-    load_config,
-    roder_home,
 )
 from roder_runtime._journal import ReplayHistory
 from roder_runtime._ops import Interrupt, Op, Steer, UserInput

@@ -15,7 +15,8 @@ from typing import Protocol
 from roder_api.events import AbortReason, UsageUpdated
 from roder_api.inference import InferenceEngine, TokenUsage
 from roder_api.transcript import TranscriptItem
-from roder_runtime._config import BudgetConfig, RuntimeConfig
+from roder_runtime._config import RuntimeConfig
+from roder_runtime._config_sections import BudgetConfig
 from roder_runtime._cost import ZERO, price
 from roder_runtime._estimates import estimate_transcript_tokens
 from roder_runtime._journal import Journal

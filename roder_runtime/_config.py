@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from roder_api.errors import ConfigError
 from roder_api.tools import ApprovalPolicy, check_tool_name
+from roder_runtime._config_lines import NESTED_DEPTH, line_index
+from roder_runtime._config_sections import (
+    BudgetConfig,
+    CompactionConfig,
+    ReliabilityConfig,
+    ToolsConfig,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,68 +34,6 @@ def roder_home(environ: Mapping[str, str] | None = None) -> Path:
     """Return ``$RODER_HOME`` (default ``~/.roder``), expanded."""
     env = os.environ if environ is None else environ
     return Path(env.get("RODER_HOME") or DEFAULT_HOME).expanduser()
-
-
-@dataclass
-class ReliabilityConfig:
-    """Retry policy for provider calls.
-
-    ``provider_retry_max_attempts`` counts every attempt, the first included. Backoff starts
-    at ``provider_retry_initial_backoff_ms`` (0 allowed), doubles per retry, is jittered and
-    capped at ``provider_retry_max_backoff_ms``; a provider's ``retry_after`` is honoured.
-    """
-
-    provider_retry_max_attempts: int = 3
-    provider_retry_initial_backoff_ms: int = 1000
-    provider_retry_max_backoff_ms: int = 30_000
-
-
-@dataclass
-class CompactionConfig:
-    """When and how compaction runs.
-
-    Automatic compaction runs before a model call when the estimated replay size passes
-    ``auto_compact_fraction`` of the model's context window (0 disables it).
-    """
-
-    auto_compact_fraction: float = 0.8
-    summary_max_tokens: int = 2000
-
-
-@dataclass
-class ToolsConfig:
-    """Which tools a turn offers and the limits of the agent loop.
-
-    ``enabled``: the tool names offered when a session names none (None: every registered
-    tool). ``max_tool_steps``: tool steps per turn; calls past it get error results and the
-    turn ends. ``max_tool_output_bytes``: a result longer than this is cut, with a note.
-    ``approval`` maps tool names to ``auto``, ``ask`` or ``deny`` (without an entry:
-    ``ask`` when the tool sets ``requires_approval``, else ``auto``).
-    """
-
-    enabled: list[str] | None = None
-    max_tool_steps: int = 32
-    max_tool_output_bytes: int = 65536
-    approval: dict[str, ApprovalPolicy] = field(default_factory=dict)
-
-
-@dataclass
-class BudgetConfig:
-    """Spending limits in US dollars, priced with ``genai-prices`` (None: no limit).
-
-    A turn whose next model call would take the turn's or the thread's cost past a limit
-    ends with ``ErrorEvent`` (which budget, by how much) and ``TurnAborted(turn_id,
-    "budget_exceeded")`` before that call. Usage of a model without a known price counts
-    nothing toward a budget (``roder threads cost`` says which models are unpriced).
-    """
-
-    max_usd_per_turn: float | None = None
-    max_usd_per_thread: float | None = None
-
-    @property
-    def enabled(self) -> bool:
-        """Return True when any limit is set."""
-        return self.max_usd_per_turn is not None or self.max_usd_per_thread is not None
 
 
 @dataclass
@@ -115,26 +61,37 @@ class RuntimeConfig:
     reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
-    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
-    server: dict[str, Any] = field(default_factory=dict)
-    """The raw ``[server]`` table, for ``roder serve`` (its plugin validates the keys)."""
+    plugin_tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The top-level tables plugins own (:data:`PLUGIN_TABLES`), raw, by name."""
     budget: BudgetConfig = field(default_factory=BudgetConfig)
-    otel: dict[str, Any] = field(default_factory=dict)
-    """The ``[otel]`` table, handed to plugins as ``settings["otel"]`` (``roder-otel``)."""
     engines: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def mcp_servers(self) -> dict[str, dict[str, Any]]:
+        """Return the ``[mcp_servers.<name>]`` tables (the ``roder-mcp`` plugin's)."""
+        return self.plugin_tables.setdefault("mcp_servers", {})
+
+    @property
+    def server(self) -> dict[str, Any]:
+        """Return the raw ``[server]`` table, for ``roder serve`` (its plugin checks it)."""
+        return self.plugin_tables.setdefault("server", {})
+
+    @property
+    def otel(self) -> dict[str, Any]:
+        """Return the raw ``[otel]`` table, for ``roder-otel`` (its plugin checks it)."""
+        return self.plugin_tables.setdefault("otel", {})
+
     def plugin_settings(self) -> dict[str, dict[str, Any]]:
-        """Return the settings handed to plugins: engine tables and the store's table."""
+        """Return the settings handed to plugins: engine tables, the store's table, and
+        each plugin-owned top-level table under its own name (``settings["mcp_servers"]``).
+        """
         settings: dict[str, dict[str, Any]] = {k: dict(v) for k, v in self.engines.items()}
         store_id = self.thread_store or "jsonl"
         settings[store_id] = {**settings.get(store_id, {}), **self.thread_store_settings}
-        if self.mcp_servers:
-            settings["mcp_servers"] = {k: dict(v) for k, v in self.mcp_servers.items()}
-        if self.server:
-            settings["server"] = dict(self.server)
-        if self.otel:
-            settings["otel"] = dict(self.otel)
+        for name, table in self.plugin_tables.items():
+            if table:
+                settings[name] = dict(table)
         return settings
 
     def setting_source(self, settings_id: str, key: str | None) -> str | None:
@@ -147,7 +104,7 @@ class RuntimeConfig:
         """
         store_id = self.thread_store or "jsonl"
         tables = ["thread_store"] if settings_id == store_id else []
-        tables.append(f"engines.{settings_id}")
+        tables.append(settings_id if settings_id in PLUGIN_TABLES else f"engines.{settings_id}")
         for table in tables:
             if key is None:
                 found = [v for k, v in self.sources.items() if k.startswith(table + ".")]
@@ -161,6 +118,16 @@ class RuntimeConfig:
                     return self.sources[dotted]
         return None
 
+
+PLUGIN_TABLES: tuple[str, ...] = ("mcp_servers", "server", "otel")
+"""The top-level tables that belong to plugins, not to the runtime.
+
+Each is kept raw (``RuntimeConfig.plugin_tables``), with the file and line of every key
+inside it recorded, and handed to every plugin's hooks as ``settings[<name>]``; the plugin
+that owns it checks it and raises ``PluginSettingsError(<name>, "<dotted key>", reason)``
+(or reports it through ``misconfigured``), which the runtime prefixes with the key's file
+and line. A plugin that needs a table of its own adds its name here.
+"""
 
 _TOP_LEVEL_INTS = (
     "max_input_bytes",
@@ -181,52 +148,31 @@ _ENV_OVERRIDES: tuple[tuple[str, str], ...] = (
 )
 
 
-_NESTED_DEPTH = 8
-"""How many tables deep inside a plugin's table the lines of keys are recorded."""
-
-_KEY_PART = r'(?:"[^"]*"|[A-Za-z0-9_-]+)'
-_HEADER = re.compile(r"^\s*\[\s*([^\]]+?)\s*\]")
-_KEYED = re.compile(rf"^\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
-_PARTS = re.compile(r'"([^"]*)"|([A-Za-z0-9_-]+)')
-
-
-def _line_index(text: str) -> dict[tuple[str | None, str], int]:
-    """Return the first line of every ``key =`` by table (and of every header, key "").
-
-    A dotted key (``models.m.temperature = 1`` in ``[engines.x]``) is indexed under the
-    table it lands in (``engines.x.models.m``) and each of its parent tables.
-    """
-    index: dict[tuple[str | None, str], int] = {}
-    current: str | None = None
-    for number, line in enumerate(text.splitlines(), start=1):
-        match = _HEADER.match(line)
-        if match:
-            current = ".".join(q if q else bare for q, bare in _PARTS.findall(match.group(1)))
-            index.setdefault((current, ""), number)
-            continue
-        match = _KEYED.match(line)
-        if match:
-            parts = [q if q else bare for q, bare in _PARTS.findall(match.group(1))]
-            table = current
-            for part in parts[: _NESTED_DEPTH + 2]:  # [engines.<id>] and its tables
-                index.setdefault((table, part), number)
-                table = f"{table}.{part}" if table else part
-    return index
-
-
 class _Loader:
     def __init__(self, source: str, text: str | None, sources: dict[str, str]) -> None:
         self.source = source
         self.text = text
         self.sources = sources
         self._index: dict[tuple[str | None, str], int] | None = None
+        self.problems: list[ConfigError] | None = None
+        """None: the first mistake raises; a list: every mistake is collected in it."""
+
+    @contextlib.contextmanager
+    def collecting(self) -> Iterator[None]:
+        """Collect a ``ConfigError`` raised inside (when collecting), else let it raise."""
+        try:
+            yield
+        except ConfigError as exc:
+            if self.problems is None:
+                raise
+            self.problems.append(exc)
 
     def line(self, table: str | None, key: str) -> int | None:
         # One pass over the text, not one per key: a file of many keys loads in linear time.
         if self.text is None:
             return None
         if self._index is None:
-            self._index = _line_index(self.text)
+            self._index = line_index(self.text)
         return self._index.get((table, key))
 
     def error(self, message: str, table: str | None, key: str) -> ConfigError:
@@ -259,7 +205,7 @@ class _Loader:
     def note_nested(self, table: str, value: Mapping[str, Any]) -> None:
         """Record where every key of a plugin's ``table`` was written, nested tables too.
 
-        Down to ``_NESTED_DEPTH`` tables deep: a deeper key is given its ancestor's place
+        Down to ``NESTED_DEPTH`` tables deep: a deeper key is given its ancestor's place
         (and a hostile file of thousands of dotted levels costs no more).
         """
         pending: list[tuple[str, Mapping[str, Any], int]] = [(table, value, 0)]
@@ -267,7 +213,7 @@ class _Loader:
             name, mapping, depth = pending.pop()
             for key, item in mapping.items():
                 self.sources[f"{name}.{key}"] = self.where_nested(name, key)
-                if isinstance(item, Mapping) and depth + 1 < _NESTED_DEPTH:
+                if isinstance(item, Mapping) and depth + 1 < NESTED_DEPTH:
                     pending.append((f"{name}.{key}", item, depth + 1))
 
     def int_value(self, value: Any, table: str | None, key: str, minimum: int = 0) -> int:
@@ -279,129 +225,134 @@ class _Loader:
 
     def apply(self, data: Mapping[str, Any], config: RuntimeConfig) -> None:
         for key, value in data.items():
-            if key in _TOP_LEVEL_INTS:
-                minimum = 1
-                setattr(config, key, self.int_value(value, None, key, minimum))
-            elif key in _TOP_LEVEL_SECONDS:
-                if (
-                    isinstance(value, bool)
-                    or not isinstance(value, (int, float))
-                    or not math.isfinite(value)
-                    or value <= 0
-                ):
-                    raise self.error(
-                        f"expected a number of seconds above 0, got {value!r}", None, key
-                    )
-                setattr(config, key, float(value))
-            elif key in _TOP_LEVEL_STRS:
-                if not isinstance(value, str):
-                    raise self.error(f"expected a string, got {value!r}", None, key)
-                setattr(config, key, value)
-            elif key == "thread_store":
-                self.apply_store(value, config)
-                continue
-            elif key in _SECTIONS:
-                self.apply_section(key, value, getattr(config, key))
-                continue
-            elif key == "engines":
-                self.apply_engines(value, config)
-                continue
-            elif key == "tools":
-                self.apply_tools(value, config.tools)
-                continue
-            elif key == "mcp_servers":
-                self.apply_mcp_servers(value, config)
-                continue
-            elif key == "budget":
-                self.apply_budget(value, config.budget)
-                continue
-            elif key in ("server", "otel"):  # a plugin's raw table; the plugin checks its keys
-                if not isinstance(value, Mapping):
-                    raise self.error("expected a table", None, key)
-                setattr(config, key, dict(value))
-                for sub in value:
-                    config.sources[f"{key}.{sub}"] = self.where(key, sub)
-                continue
-            else:
-                raise self.error("unknown key", None, key)
-            config.sources[key] = self.where(None, key)
+            with self.collecting():
+                self.apply_one(key, value, config)
+
+    def apply_one(self, key: str, value: Any, config: RuntimeConfig) -> None:
+        if key in _TOP_LEVEL_INTS:
+            minimum = 1
+            setattr(config, key, self.int_value(value, None, key, minimum))
+        elif key in _TOP_LEVEL_SECONDS:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise self.error(f"expected a number of seconds above 0, got {value!r}", None, key)
+            setattr(config, key, float(value))
+        elif key in _TOP_LEVEL_STRS:
+            if not isinstance(value, str):
+                raise self.error(f"expected a string, got {value!r}", None, key)
+            setattr(config, key, value)
+        elif key == "thread_store":
+            self.apply_store(value, config)
+            return
+        elif key in _SECTIONS:
+            self.apply_section(key, value, getattr(config, key))
+            return
+        elif key == "engines":
+            self.apply_engines(value, config)
+            return
+        elif key == "tools":
+            self.apply_tools(value, config.tools)
+            return
+        elif key == "budget":
+            self.apply_budget(value, config.budget)
+            return
+        elif key in PLUGIN_TABLES:
+            self.apply_plugin_table(key, value, config)
+            return
+        else:
+            raise self.error("unknown key", None, key)
+        config.sources[key] = self.where(None, key)
 
     def apply_store(self, value: Any, config: RuntimeConfig) -> None:
         if not isinstance(value, Mapping):
             raise self.error("expected a table", None, "thread_store")
         for key, item in value.items():
-            if key == "backend":
-                if not isinstance(item, str) or not item:
-                    raise self.error(f"expected a store id, got {item!r}", "thread_store", key)
-                config.thread_store = item
-            else:
-                config.thread_store_settings[key] = item
-            config.sources[f"thread_store.{key}"] = self.where("thread_store", key)
+            with self.collecting():
+                self.apply_store_key(key, item, config)
+
+    def apply_store_key(self, key: str, item: Any, config: RuntimeConfig) -> None:
+        if key == "backend":
+            if not isinstance(item, str) or not item:
+                raise self.error(f"expected a store id, got {item!r}", "thread_store", key)
+            config.thread_store = item
+        else:
+            config.thread_store_settings[key] = item
+        config.sources[f"thread_store.{key}"] = self.where("thread_store", key)
 
     def apply_section(self, name: str, value: Any, target: Any) -> None:
         if not isinstance(value, Mapping):
             raise self.error("expected a table", None, name)
         known = {f.name: f for f in fields(target)}
         for key, item in value.items():
-            if key not in known:
-                raise self.error("unknown key", name, key)
-            current = getattr(target, key)
-            if isinstance(current, bool):
-                if not isinstance(item, bool):
-                    raise self.error(f"expected true or false, got {item!r}", name, key)
-            elif isinstance(current, int):
-                minimum = 1 if key == "provider_retry_max_attempts" else 0
-                item = self.int_value(item, name, key, minimum)
-            elif isinstance(current, float):
-                if isinstance(item, bool) or not isinstance(item, (int, float)):
-                    raise self.error(f"expected a number, got {item!r}", name, key)
-                if not 0 <= item <= 1:
-                    raise self.error(f"must be between 0 and 1, got {item}", name, key)
-                item = float(item)
-            setattr(target, key, item)
-            self.sources[f"{name}.{key}"] = self.where(name, key)
+            with self.collecting():
+                if key not in known:
+                    raise self.error("unknown key", name, key)
+                current = getattr(target, key)
+                if isinstance(current, bool):
+                    if not isinstance(item, bool):
+                        raise self.error(f"expected true or false, got {item!r}", name, key)
+                elif isinstance(current, int):
+                    minimum = 1 if key == "provider_retry_max_attempts" else 0
+                    item = self.int_value(item, name, key, minimum)
+                elif isinstance(current, float):
+                    if isinstance(item, bool) or not isinstance(item, (int, float)):
+                        raise self.error(f"expected a number, got {item!r}", name, key)
+                    if not 0 <= item <= 1:
+                        raise self.error(f"must be between 0 and 1, got {item}", name, key)
+                    item = float(item)
+                setattr(target, key, item)
+                self.sources[f"{name}.{key}"] = self.where(name, key)
 
     def apply_engines(self, value: Any, config: RuntimeConfig) -> None:
         if not isinstance(value, Mapping):
             raise self.error("expected a table of engine tables", None, "engines")
         for engine_id, table in value.items():
-            if not isinstance(table, Mapping):
-                raise self.error("expected a table", "engines", engine_id)
-            config.engines[engine_id] = dict(table)
-            self.note_nested(f"engines.{engine_id}", table)
+            with self.collecting():
+                if not isinstance(table, Mapping):
+                    raise self.error("expected a table", "engines", engine_id)
+                config.engines[engine_id] = dict(table)
+                self.note_nested(f"engines.{engine_id}", table)
 
     def apply_tools(self, value: Any, target: ToolsConfig) -> None:
         if not isinstance(value, Mapping):
             raise self.error("expected a table", None, "tools")
         for key, item in value.items():
-            if key == "enabled":
-                if not isinstance(item, list) or not all(isinstance(n, str) for n in item):
-                    raise self.error(f"expected a list of tool names, got {item!r}", "tools", key)
-                target.enabled = list(item)
-            elif key in ("max_tool_steps", "max_tool_output_bytes"):
-                setattr(target, key, self.int_value(item, "tools", key, 1))
-            elif key == "approval":
-                self.apply_approval(item, target)
-                continue
-            else:
-                raise self.error("unknown key", "tools", key)
-            self.sources[f"tools.{key}"] = self.where("tools", key)
+            with self.collecting():
+                if key == "enabled":
+                    if not isinstance(item, list) or not all(isinstance(n, str) for n in item):
+                        raise self.error(
+                            f"expected a list of tool names, got {item!r}", "tools", key
+                        )
+                    target.enabled = list(item)
+                elif key in ("max_tool_steps", "max_tool_output_bytes"):
+                    setattr(target, key, self.int_value(item, "tools", key, 1))
+                elif key == "approval":
+                    self.apply_approval(item, target)
+                    continue
+                else:
+                    raise self.error("unknown key", "tools", key)
+                self.sources[f"tools.{key}"] = self.where("tools", key)
 
     def apply_approval(self, value: Any, target: ToolsConfig) -> None:
         if not isinstance(value, Mapping):
             raise self.error("expected a table", "tools", "approval")
         choices = ", ".join(p.value for p in ApprovalPolicy)
         for name, policy in value.items():
-            try:
-                check_tool_name(name)
-            except ValueError as exc:
-                raise self.error(str(exc), "tools.approval", name) from None
-            if policy not in ApprovalPolicy._value2member_map_:
-                raise self.error(
-                    f"expected one of {choices}, got {policy!r}", "tools.approval", name
-                )
-            target.approval[name] = ApprovalPolicy(policy)
-            self.sources[f"tools.approval.{name}"] = self.where("tools.approval", name)
+            with self.collecting():
+                try:
+                    check_tool_name(name)
+                except ValueError as exc:
+                    raise self.error(str(exc), "tools.approval", name) from None
+                if policy not in ApprovalPolicy._value2member_map_:
+                    raise self.error(
+                        f"expected one of {choices}, got {policy!r}", "tools.approval", name
+                    )
+                target.approval[name] = ApprovalPolicy(policy)
+                self.sources[f"tools.approval.{name}"] = self.where("tools.approval", name)
 
     def apply_budget(self, value: Any, budget: BudgetConfig) -> None:
         if not isinstance(value, Mapping):
@@ -419,19 +370,12 @@ class _Loader:
             setattr(budget, key, float(item))
             self.sources[f"budget.{key}"] = self.where("budget", key)
 
-    def apply_mcp_servers(self, value: Any, config: RuntimeConfig) -> None:
+    def apply_plugin_table(self, name: str, value: Any, config: RuntimeConfig) -> None:
+        """Keep a plugin's top-level table raw, and where each key in it was written."""
         if not isinstance(value, Mapping):
-            raise self.error("expected a table of server tables", None, "mcp_servers")
-        for name, table in value.items():
-            if not isinstance(table, Mapping):
-                raise self.error("expected a table", "mcp_servers", name)
-            config.mcp_servers[name] = dict(table)
-            for key in table:
-                config.sources[f"mcp_servers.{name}.{key}"] = self.where(f"mcp_servers.{name}", key)
-
-
-_NOT_DEFAULTED = ("sources", "engines", "thread_store_settings", "mcp_servers", "server", "otel")
-"""Fields whose keys are not recorded as coming from the defaults (tables read as they are)."""
+            raise self.error("expected a table", None, name)
+        config.plugin_tables[name] = {k: v for k, v in value.items()}
+        self.note_nested(name, value)
 
 
 def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -449,10 +393,36 @@ def load_config(
     With None, ``$RODER_HOME/config.toml`` is read when it exists. Unknown keys and bad
     values raise ``ConfigError`` naming the file, the key and the line.
     """
+    return _load(path_or_mapping, environ, None)
+
+
+def check_config(
+    path_or_mapping: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[RuntimeConfig, list[ConfigError]]:
+    """Return the configuration :func:`load_config` reads and every mistake in it.
+
+    Nothing raises for a mistake: each bad key is left at its default and its
+    ``ConfigError`` (file, key, line) is in the list, in the file's order.
+    """
+    problems: list[ConfigError] = []
+    try:
+        config = _load(path_or_mapping, environ, problems)
+    except ConfigError as exc:  # the file cannot be read or parsed: nothing else is known
+        return RuntimeConfig(), [exc]
+    return config, problems
+
+
+def _load(
+    path_or_mapping: str | os.PathLike[str] | Mapping[str, Any] | None,
+    environ: Mapping[str, str] | None,
+    problems: list[ConfigError] | None,
+) -> RuntimeConfig:
     env = os.environ if environ is None else environ
     config = RuntimeConfig()
     for f in fields(config):
-        if f.name not in _NOT_DEFAULTED:
+        if f.name not in ("sources", "engines", "thread_store_settings", "plugin_tables"):
             config.sources[f.name] = "default"
     data: Mapping[str, Any]
     if path_or_mapping is None or isinstance(path_or_mapping, (str, os.PathLike)):
@@ -481,6 +451,7 @@ def load_config(
             loader = _Loader(str(path), text, config.sources)
     else:
         data, loader = path_or_mapping, _Loader("<mapping>", None, config.sources)
+    loader.problems = problems
     loader.apply(data, config)
     for var, key in _ENV_OVERRIDES:
         value = env.get(var)

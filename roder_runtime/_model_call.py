@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import anyio
 
 from roder_api.inference import InferenceEvent, ProviderFailure, TokenUsage, Usage
-from roder_runtime._config import ReliabilityConfig
+from roder_runtime._config_sections import ReliabilityConfig
 from roder_runtime._retry import retry_delay, should_retry
 from roder_runtime._turns import close_stream
 

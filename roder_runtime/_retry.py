@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from roder_api.inference import ProviderFailure
-from roder_runtime._config import ReliabilityConfig
+from roder_runtime._config_sections import ReliabilityConfig
 
 
 def retry_delay(

@@ -43,6 +43,7 @@ from roder_api.transcript import ToolResultRecord, TranscriptItem
 from roder_runtime._catalog import DEFAULT_ENGINE, ModelCatalog
 from roder_runtime._compaction import CompactionResult, compact
 from roder_runtime._config import RuntimeConfig, load_config
+from roder_runtime._config_check import close_refused, loaded_problems
 from roder_runtime._estimates import sum_usage_by_purpose
 from roder_runtime._guards import open_store
 from roder_runtime._journal import ReplayHistory, ThreadJournal
@@ -62,13 +63,20 @@ Emit = Callable[[Sequence[Event]], Awaitable[None]]
 def load_registry(config: RuntimeConfig) -> ExtensionRegistry:
     """Return the registry of the installed plugins, each handed its settings from ``config``.
 
-    Blocking: it imports the plugins' modules.
+    Blocking: it imports the plugins' modules. Raise ``ConfigError`` (file and line) when
+    the configuration names what the loaded plugins do not have (an engine ``type``, a
+    tool) or a plugin reported its own top-level table wrong (``[mcp_servers]``).
     """
     builder = ExtensionRegistryBuilder(
         settings=config.plugin_settings(), locate=config.setting_source
     )
     builder.load_entry_points()
-    return builder.build()
+    registry = builder.build()
+    problems = loaded_problems(config, registry)
+    if problems:
+        close_refused(registry)
+        raise problems[0]
+    return registry
 
 
 class Runtime:

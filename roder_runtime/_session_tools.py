@@ -12,7 +12,7 @@ from roder_api.events import Event, ToolApprovalRequested
 from roder_api.inference import ToolSpec
 from roder_api.tools import Tool
 from roder_runtime._client_tools import ClientTurns
-from roder_runtime._config import ToolsConfig
+from roder_runtime._config_sections import ToolsConfig
 from roder_runtime._journal import ThreadJournal
 from roder_runtime._ops import Steer, UserInput
 from roder_runtime._tool_step import ApproveToolCall, PendingToolStep, ToolStep

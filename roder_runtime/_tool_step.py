@@ -31,7 +31,7 @@ from roder_api.events import (
 from roder_api.inference import ToolSpec
 from roder_api.tools import ApprovalPolicy, Tool, ToolContext, ToolOutput, arguments_error
 from roder_api.transcript import ToolCallRecord, ToolResultRecord
-from roder_runtime._config import ToolsConfig
+from roder_runtime._config_sections import ToolsConfig
 
 Append = Callable[[Sequence[Event]], Awaitable[object]]
 """Journal a batch of events; return once they are persisted."""

@@ -13,7 +13,11 @@ from .conftest import roder_command
 
 
 def roder(
-    *args: str, env: dict[str, str], stdin: str = "", check: bool = True
+    *args: str,
+    env: dict[str, str],
+    stdin: str = "",
+    check: bool = True,
+    cwd: str | Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         [*roder_command(), *args],
@@ -22,6 +26,7 @@ def roder(
         text=True,
         env=env,
         timeout=60,
+        cwd=cwd,
     )
     if check and result.returncode != 0:
         raise AssertionError(f"roder {args} failed ({result.returncode}): {result.stderr}")

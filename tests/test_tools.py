@@ -22,7 +22,7 @@ from roder_api.tools import (
     check_tool_name,
     tool,
 )
-from roder_runtime import ToolsConfig, load_config
+from roder_runtime import Runtime, ToolsConfig, load_config
 
 CTX = ToolContext("thread_1", "turn_1", "call_1", {"k": "v"})
 
@@ -278,7 +278,6 @@ def test_tools_configuration_from_toml(tmp_path: Path) -> None:
         ("[tools]\nsurprise = 1\n", 2, "tools.surprise"),
         ('[tools]\n[tools.approval]\necho = "maybe"\n', 3, "tools.approval.echo"),
         ('[tools.approval]\n"bad name" = "ask"\n', 2, "tools.approval.bad name"),
-        ("[mcp_servers]\nfiles = 3\n", 2, "mcp_servers.files"),
     ],
 )
 def test_bad_tools_configuration_names_file_key_and_line(
@@ -290,3 +289,14 @@ def test_bad_tools_configuration_names_file_key_and_line(
         load_config(path, environ={})
     assert info.value.key == key and info.value.line == line
     assert str(info.value).startswith(f"{path}:{line}: ")
+
+
+def test_a_bad_mcp_table_is_refused_by_its_plugin_with_file_and_line(tmp_path: Path) -> None:
+    # [mcp_servers] belongs to the roder-mcp plugin (PLUGIN_TABLES): the loader keeps it raw
+    # and the plugin refuses it; the runtime says where it was written.
+    path = tmp_path / "config.toml"
+    path.write_text("[mcp_servers]\nfiles = 3\n")
+    assert load_config(path, environ={}).plugin_tables == {"mcp_servers": {"files": 3}}
+    with pytest.raises(ConfigError) as info:
+        Runtime.from_config(path, environ={})
+    assert f"{path}:2" in str(info.value) and "[mcp_servers.files]" in str(info.value)

@@ -38,6 +38,7 @@ from roder_runtime._cli._common import (
     EXIT_OK,
     EXIT_USAGE,
     CommandError,
+    add_global_flags,
 )
 
 COMMAND_MODULES = (
@@ -68,6 +69,9 @@ examples:
   roder config show                           settings and where they came from
   roder COMMAND --help                        each command's options and examples
 
+--config and --debug may be given before or after the command
+(roder threads show ID --debug).
+
 exit codes:
   0    ok
   1    failure (a one-line error on stderr; --debug adds the traceback)
@@ -85,10 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"roder {__version__}")
-    parser.add_argument(
-        "--config", metavar="PATH", help="configuration file (default $RODER_HOME/config.toml)"
-    )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    add_global_flags(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(subparsers)

@@ -13,7 +13,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from roder_api.errors import InputTooLargeError, ThreadBusyError, ThreadNotFoundError
+from roder_api.errors import (
+    InputTooLargeError,
+    RoderError,
+    ThreadBusyError,
+    ThreadNotFoundError,
+)
 from roder_api.transcript import AssistantMessage, UserMessage
 from roder_runtime._cli._chat_input import LineEditor, clean_argument, read_stdin
 from roder_runtime._cli._chat_turn import Ask, TurnOutcome, follow_turn, note, run_turn
@@ -36,6 +41,9 @@ HISTORY_SHOWN = 10
 """How many earlier messages a resumed chat shows."""
 
 PROMPT = "you> "
+
+FIRST_PROMPT_CHARS = 200
+"""How much of a new thread's first prompt its metadata keeps (``extra["first_prompt"]``)."""
 
 HELP = """\
 commands (anything else is sent to the model; start a line with // to send a leading /):
@@ -145,13 +153,18 @@ class _Chat:
         self.session: Session | None = None
         self.owner = f"roder {args.command}"  # named to whoever finds the thread in use
         self.ask: Ask | None = None  # how tool approvals are asked (on a terminal)
+        self.created: str | None = None  # the thread this chat made, until it is answered
 
     @property
     def model_label(self) -> str:
         return self.model or self.runtime.default_model(self.engine)
 
-    async def open_session(self, announce: bool = False) -> Session:
+    async def open_session(self, announce: bool = False, first_prompt: str = "") -> Session:
         """Return the session, creating the thread on first use.
+
+        A new thread keeps the start of ``first_prompt`` in its metadata
+        (``extra["first_prompt"]``), for ``roder threads list`` to show without reading
+        the journal.
 
         A new thread's id is announced on stderr (``thread: <id>``), and an existing one's
         with ``announce``, once the session holds it: a thread in use is refused unnamed.
@@ -160,8 +173,9 @@ class _Chat:
             return self.session
         created = self.thread_id is None
         if self.thread_id is None:
-            meta = await self.runtime.create_thread(title=self.title)
-            self.thread_id = meta.thread_id
+            extra = {"first_prompt": first_prompt[:FIRST_PROMPT_CHARS]} if first_prompt else None
+            meta = await self.runtime.create_thread(title=self.title, extra=extra)
+            self.thread_id = self.created = meta.thread_id
         try:
             self.session = await self.runtime.start_session(
                 self.thread_id, engine=self.engine.id, model=self.model, owner=self.owner
@@ -179,12 +193,32 @@ class _Chat:
             await session.aclose()
 
     async def send(self, text: str) -> TurnOutcome:
-        session = await self.open_session()
+        session = await self.open_session(first_prompt=text)
         try:
-            return await run_turn(session, text, self.ask)
+            outcome = await run_turn(session, text, self.ask)
         except InputTooLargeError as exc:
             note(f"roder: {exc}")
-            return TurnOutcome.FAILED
+            outcome = TurnOutcome.FAILED
+        if outcome is not TurnOutcome.FAILED:
+            self.created = None  # answered: the thread is the person's now
+        elif self.created is not None and self.created == self.thread_id:
+            await self._discard_created()
+        return outcome
+
+    async def _discard_created(self) -> None:
+        """Remove the thread this chat made when its first input was refused or failed.
+
+        Refused work changes nothing: no new thread is left behind holding only a
+        refusal (an input over the size limit, a key the server does not accept).
+        """
+        thread_id, self.created = self.created, None
+        if thread_id is None:
+            return
+        await self.close_session()
+        self.thread_id = None
+        with contextlib.suppress(RoderError):
+            await self.runtime.delete_thread(thread_id)
+            note(f"roder: thread {thread_id} was not kept: nothing was answered in it")
 
     async def show_resumed(self, thread_id: str) -> None:
         snapshot = await self.runtime.load_thread(thread_id)
@@ -253,7 +287,7 @@ async def _one_prompt(args: argparse.Namespace, text: str) -> int:
         chat = _Chat(runtime, args)
         chat.thread_id = await _start_thread(runtime, args)
         try:
-            await chat.open_session(announce=True)
+            await chat.open_session(announce=True, first_prompt=text)
             outcome = await chat.send(text)
         finally:
             await chat.close_session()

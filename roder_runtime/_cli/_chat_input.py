@@ -75,7 +75,14 @@ class LineEditor:
         except OSError as exc:
             warn(f"cannot keep the chat history in {home / HISTORY_FILE}: {exc.strerror}")
             history = InMemoryHistory()
-        self._session: Any = PromptSession(history=history)
+        output = None
+        if not sys.stdout.isatty() and sys.stderr.isatty():
+            # `roder chat > answers.txt`: stdout keeps only the replies, so the prompt and
+            # the editor's drawing (carriage returns, escapes) go to the terminal on stderr.
+            from prompt_toolkit.output import create_output
+
+            output = create_output(stdout=sys.stderr)
+        self._session: Any = PromptSession(history=history, output=output)
 
     async def read(self, prompt: str) -> str | None:
         """Return the next line, or None at the end of input (Ctrl-D).

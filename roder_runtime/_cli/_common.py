@@ -112,7 +112,30 @@ def add_command(
         epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_global_flags(parser, help=argparse.SUPPRESS)
     return parser
+
+
+def add_global_flags(parser: argparse.ArgumentParser, *, help: str | None = None) -> None:
+    """Add ``--config PATH`` and ``--debug`` (``roder --debug threads show X`` and ``roder
+    threads show X --debug`` alike).
+
+    On a sub-command (``help=argparse.SUPPRESS``) an absent flag leaves the value ``roder``
+    itself parsed (``default=SUPPRESS``), so a flag before the command is not undone.
+    """
+    default: Any = argparse.SUPPRESS if help == argparse.SUPPRESS else None
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        default=default,
+        help=help or "configuration file (default $RODER_HOME/config.toml)",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=default if default is not None else False,
+        help=help or "show tracebacks on errors",
+    )
 
 
 _DURATION_UNITS_MS = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -13,9 +14,22 @@ import anyio.to_thread
 import orjson
 
 from roder_api.errors import RoderError
-from roder_api.extension import ExtensionRegistryBuilder
-from roder_runtime._cli._common import EXIT_OK, add_command, add_json_flag, print_json
-from roder_runtime._config import RuntimeConfig, default_config_path, load_config
+from roder_api.extension import ExtensionRegistry, ExtensionRegistryBuilder
+from roder_runtime._cli._common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    add_command,
+    add_json_flag,
+    print_json,
+)
+from roder_runtime._config import (
+    PLUGIN_TABLES,
+    RuntimeConfig,
+    check_config,
+    default_config_path,
+    load_config,
+)
+from roder_runtime._config_check import loaded_problems
 from roder_runtime._runtime import Runtime
 
 MASK = "********"
@@ -32,9 +46,13 @@ def register(subparsers: Any) -> None:
     parser = add_command(
         subparsers,
         "config",
-        help="show the effective configuration",
+        help="show or check the configuration",
         description="Inspect Roder's configuration ($RODER_HOME/config.toml or --config).",
-        examples=("roder config show", "roder --config ./roder.toml config show --json"),
+        examples=(
+            "roder config show",
+            "roder config check",
+            "roder --config ./roder.toml config show --json",
+        ),
     )
     sub = parser.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
     show = add_command(
@@ -52,6 +70,78 @@ def register(subparsers: Any) -> None:
     )
     add_json_flag(show)
     show.set_defaults(handler=show_command)
+    check = add_command(
+        sub,
+        "check",
+        help="report every mistake in the configuration, running nothing",
+        description=(
+            "Load the configuration and every plugin's table without running anything (no "
+            "model is called, no MCP server started) and report every mistake at once, each "
+            "with its file and line: unknown keys, bad values, engine types and tool names "
+            "that do not exist, plugin tables their plugin refuses. Exit status 1 when there "
+            "is any mistake, 0 when there is none."
+        ),
+        examples=("roder config check", "roder --config ./roder.toml config check --json"),
+    )
+    add_json_flag(check)
+    check.set_defaults(handler=check_command)
+
+
+def _check_registry(config: RuntimeConfig) -> ExtensionRegistry:
+    builder = ExtensionRegistryBuilder(
+        settings=config.plugin_settings(), locate=config.setting_source, check_only=True
+    )
+    builder.load_entry_points()
+    return builder.build()
+
+
+def registry_mistakes(config: RuntimeConfig, registry: ExtensionRegistry) -> list[str]:
+    """Return what the loaded plugins say is wrong with ``config``, one line each."""
+    mistakes = [str(problem) for problem in loaded_problems(config, registry)]
+    for info in registry.plugins:
+        for id, reason in info.misconfigured.items():
+            if id.split(".", 1)[0] not in PLUGIN_TABLES:  # those are in loaded_problems
+                mistakes.append(f"{id!r} (plugin {info.name!r}) is misconfigured: {reason}")
+        if info.error is not None and not info.misconfigured:
+            mistakes.append(f"plugin {info.name!r}: {info.error}")
+    for engine_id, table in config.engines.items():
+        if "type" not in table and engine_id not in registry.engines:
+            if engine_id not in registry.misconfigured:
+                where = config.sources.get(f"engines.{engine_id}", "")
+                where = where.rsplit(":", 1)[0] if where[-1:].isdigit() else where
+                mistakes.append(
+                    f"{where + ': ' if where else ''}[engines.{engine_id}]: no installed engine "
+                    "has this id (a new engine needs a type)"
+                )
+    store = config.thread_store
+    if store is not None and store not in registry.thread_store_factories:
+        if store not in registry.misconfigured:
+            mistakes.append(
+                f"{config.sources.get('thread_store.backend', '')}: [thread_store] backend "
+                f"{store!r}: no installed store has this id; installed: "
+                f"{', '.join(sorted(registry.thread_store_factories)) or 'none'}"
+            )
+    return mistakes
+
+
+async def check_command(args: argparse.Namespace) -> int:
+    """Print every mistake in the configuration; exit 1 when there is any."""
+    config, problems = await anyio.to_thread.run_sync(check_config, args.config)
+    mistakes = [str(problem) for problem in problems]
+    registry = await anyio.to_thread.run_sync(_check_registry, config)
+    try:
+        mistakes.extend(registry_mistakes(config, registry))
+    finally:
+        await registry.aclose()
+    if args.json:
+        print_json({"mistakes": mistakes})
+    elif mistakes:
+        for mistake in mistakes:
+            print(mistake)
+        print(f"roder config check: {len(mistakes)} mistake(s)", file=sys.stderr)
+    else:
+        print("no mistakes")
+    return EXIT_FAILURE if mistakes else EXIT_OK
 
 
 def is_secret_name(name: str) -> bool:
@@ -101,7 +191,7 @@ def effective_settings(config: RuntimeConfig) -> dict[str, dict[str, Any]]:
     values: dict[str, Any] = {}
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
-        if f.name in ("sources", "engines", "thread_store_settings"):
+        if f.name in ("sources", "engines", "thread_store_settings", "plugin_tables"):
             continue
         if f.name == "thread_store":
             values["thread_store.backend"] = value
@@ -115,6 +205,9 @@ def effective_settings(config: RuntimeConfig) -> dict[str, dict[str, Any]]:
     for engine_id, table in config.engines.items():
         for key, item in table.items():
             values[f"engines.{engine_id}.{key}"] = item
+    for name, table in config.plugin_tables.items():
+        for key, item in table.items():
+            values[f"{name}.{key}"] = item
     settings: dict[str, dict[str, Any]] = {}
     for key, value in values.items():
         source = _source(config, key)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from roder_api.codec import to_dict
@@ -323,6 +324,16 @@ def _next_page_command(args: argparse.Namespace, cursor: str) -> str:
     return " ".join(parts)
 
 
+def _first_prompt(meta: ThreadMetadata, width: int = 60) -> str:
+    """Return the thread's first prompt as the listing shows it (one line, cut), or ""."""
+    found = meta.extra.get("first_prompt") if isinstance(meta.extra, Mapping) else None
+    if not isinstance(found, str) or not found.strip():
+        return ""
+    line = " ".join(found.split())
+    shown = line if len(line) <= width else line[: width - 1] + "…"
+    return f"  {shown!r}" if not meta.title else f"  ({shown!r})"
+
+
 async def list_command(args: argparse.Namespace) -> int:
     """List threads newest first, filtered and paged."""
     async with open_runtime(args) as runtime:
@@ -344,7 +355,7 @@ async def list_command(args: argparse.Namespace) -> int:
     for meta in threads:
         print(
             f"{meta.thread_id}  {format_ms(meta.updated_at_ms)}  {meta.item_count:>5} items  "
-            f"{meta.usage.total_tokens:>8} tokens  {meta.title or ''}".rstrip()
+            f"{meta.usage.total_tokens:>8} tokens  {meta.title or ''}{_first_prompt(meta)}".rstrip()
         )
     if next_cursor:
         print(f"more: {_next_page_command(args, next_cursor)}")

@@ -263,13 +263,13 @@ async def prune_command(args: argparse.Namespace) -> int:
         return EXIT_OK
     verb = "would delete" if args.dry_run else "deleted"
     if not shown:
-        print(f"nothing to prune: no thread was last updated before {format_ms(cutoff)} UTC")
+        print(f"nothing to prune: no thread was last updated before {format_ms(cutoff)}")
         return EXIT_OK
     for item in shown:
         print(_summary_line(item.meta, item.size))
     print(
         f"{verb} {len(shown)} of {len(threads)} threads (last updated before "
-        f"{format_ms(cutoff)} UTC), {'freeing' if args.dry_run else 'freed'} {_total(shown)}"
+        f"{format_ms(cutoff)}), {'freeing' if args.dry_run else 'freed'} {_total(shown)}"
     )
     if args.dry_run:
         print("dry run: nothing was deleted")

@@ -201,8 +201,8 @@ def export_markdown(snapshot: ThreadSnapshot) -> str:
     meta = snapshot.metadata
     out = [f"# {meta.title or 'Thread ' + meta.thread_id}", ""]
     out.append(f"- thread: `{meta.thread_id}`")
-    out.append(f"- created: {format_ms(meta.created_at_ms)} UTC")
-    out.append(f"- updated: {format_ms(meta.updated_at_ms)} UTC")
+    out.append(f"- created: {format_ms(meta.created_at_ms)}")
+    out.append(f"- updated: {format_ms(meta.updated_at_ms)}")
     out.append(f"- items: {meta.item_count}; tokens: {meta.usage.total_tokens}")
     origin = forked_from(meta)
     if origin is not None:

@@ -214,10 +214,15 @@ def test_bad_server_tables_name_the_key(table: dict[str, Any], message: str) -> 
         ServerSettings.from_table("bad name", {"command": "x"})
 
 
-def test_a_bad_table_is_a_plugin_load_error() -> None:
-    builder = ExtensionRegistryBuilder(settings={"mcp_servers": {"s": {"url": 3}}})
+def test_a_bad_table_is_reported_misconfigured_and_the_others_still_load() -> None:
+    builder = ExtensionRegistryBuilder(
+        settings={"mcp_servers": {"s": {"url": 3}, "t": {"comand": "x"}, "u": 3}}
+    )
     info = builder.load_plugin("mcp", roder_mcp.plugin)
-    assert info.error is not None and "[mcp_servers.s]" in info.error
+    assert "[mcp_servers.s]" in info.misconfigured["mcp_servers.s"]
+    assert "'comand'" in info.misconfigured["mcp_servers.t"]
+    assert "must be a table" in info.misconfigured["mcp_servers.u"]
+    assert builder.build().misconfigured["mcp_servers.t"][0] == "mcp"
 
 
 RAW = str(Path(__file__).with_name("mcp_raw_server.py"))

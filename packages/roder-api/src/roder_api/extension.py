@@ -30,6 +30,7 @@ from roder_api._plugin_loading import (
     load_with_deadline,
     plugin_names_from_env,
 )
+from roder_api._registration import collector, engine_id, factory_id, tool_name
 from roder_api.commands import Command
 from roder_api.errors import (
     DuplicateRegistrationError,
@@ -43,7 +44,7 @@ from roder_api.errors import (
 from roder_api.inference import InferenceEngine
 from roder_api.observers import Observer
 from roder_api.threads import ThreadStoreFactory
-from roder_api.tools import Tool, check_tool_name
+from roder_api.tools import Tool
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +162,8 @@ class ExtensionRegistryBuilder:
     ``settings`` maps engine and store ids to their configuration tables; plugins that
     accept the opt-in ``settings`` hook argument receive it. ``locate(id, key)`` returns
     where a setting was written (``config.toml:7``), to put in front of the reason a plugin
-    gives for a bad setting (``PluginSettingsError``).
+    gives for a bad setting (``PluginSettingsError``). ``check_only`` is handed to the
+    ``register_tools`` hook: check settings, start nothing (``roder config check``).
     """
 
     def __init__(
@@ -169,11 +171,13 @@ class ExtensionRegistryBuilder:
         *,
         settings: Mapping[str, Mapping[str, Any]] | None = None,
         locate: Callable[[str, str | None], str | None] | None = None,
+        check_only: bool = False,
     ) -> None:
         self._settings: Mapping[str, Mapping[str, Any]] = MappingProxyType(
             {k: MappingProxyType(dict(v)) for k, v in (settings or {}).items()}
         )
         self._locate = locate
+        self._check_only = check_only
         self._misconfigured: dict[str, tuple[str, str]] = {}
         self._engines: dict[str, InferenceEngine] = {}
         self._factories: dict[str, ThreadStoreFactory] = {}
@@ -188,14 +192,14 @@ class ExtensionRegistryBuilder:
         self, engine: InferenceEngine, *, source: str = "a direct registration"
     ) -> ExtensionRegistryBuilder:
         """Register an engine; raise ``DuplicateRegistrationError`` if its id is taken."""
-        self._add("inference engine", self._engines, _engine_id(engine), engine, source)
+        self._add("inference engine", self._engines, engine_id(engine), engine, source)
         return self
 
     def thread_store_factory(
         self, factory: ThreadStoreFactory, *, source: str = "a direct registration"
     ) -> ExtensionRegistryBuilder:
         """Register a thread-store factory; raise ``DuplicateRegistrationError`` if taken."""
-        self._add("thread store", self._factories, _factory_id(factory), factory, source)
+        self._add("thread store", self._factories, factory_id(factory), factory, source)
         return self
 
     def tool(
@@ -205,7 +209,7 @@ class ExtensionRegistryBuilder:
 
         On a duplicate neither registration is used (the name is left out of the registry).
         """
-        name = _tool_name(tool)
+        name = tool_name(tool)
         key = f"tool:{name}"
         if name in self._tools or name in self._tool_conflicts:
             first = self._sources.get(key, "an earlier registration")
@@ -322,33 +326,33 @@ class ExtensionRegistryBuilder:
 
         try:
             self._call(
-                pm, "register_inference_engines", _collector(engines, InferenceEngine), report
+                pm, "register_inference_engines", collector(engines, InferenceEngine), report
             )
             self._call(
                 pm,
                 "register_thread_store_factories",
-                _collector(factories, ThreadStoreFactory),
+                collector(factories, ThreadStoreFactory),
                 report,
             )
-            self._call(pm, "register_tools", _collector(tools, Tool))
-            pm.hook.register_commands(register=_collector(commands, Command))
-            self._call(pm, "register_observers", _collector(observers, Observer))
+            self._call(pm, "register_tools", collector(tools, Tool), report, tools_hook=True)
+            pm.hook.register_commands(register=collector(commands, Command))
+            self._call(pm, "register_observers", collector(observers, Observer))
             # Check every id before committing any, so a plugin registers all or nothing.
             pending: set[str] = set()
             for engine in engines:
-                key = f"inference engine:{_engine_id(engine)}"
+                key = f"inference engine:{engine_id(engine)}"
                 if key in self._sources or key in pending:
                     first = self._sources.get(key, source)
                     raise DuplicateRegistrationError(
-                        "inference engine", _engine_id(engine), first, source
+                        "inference engine", engine_id(engine), first, source
                     )
                 pending.add(key)
             for factory in factories:
-                key = f"thread store:{_factory_id(factory)}"
+                key = f"thread store:{factory_id(factory)}"
                 if key in self._sources or key in pending:
                     first = self._sources.get(key, source)
                     raise DuplicateRegistrationError(
-                        "thread store", _factory_id(factory), first, source
+                        "thread store", factory_id(factory), first, source
                     )
                 pending.add(key)
             for command in commands:
@@ -358,7 +362,7 @@ class ExtensionRegistryBuilder:
                     raise DuplicateRegistrationError("command", command.name, first, source)
                 pending.add(key)
             for tool in tools:
-                key = f"tool:{_tool_name(tool)}"
+                key = f"tool:{tool_name(tool)}"
                 if key in pending:
                     raise DuplicateRegistrationError("tool", tool.name, source, source)
                 pending.add(key)
@@ -398,8 +402,8 @@ class ExtensionRegistryBuilder:
             version,
             distribution,
             hook_names,
-            tuple(_engine_id(e) for e in engines),
-            tuple(_factory_id(f) for f in factories),
+            tuple(engine_id(e) for e in engines),
+            tuple(factory_id(f) for f in factories),
             tools=tuple(t.name for t in tools),
             misconfigured=MappingProxyType(dict(misconfigured)),
             observers=len(observers),
@@ -411,9 +415,18 @@ class ExtensionRegistryBuilder:
         hook_name: str,
         register: Callable[[Any], None],
         misconfigured: Callable[[str, BaseException | str], None] | None = None,
+        *,
+        tools_hook: bool = False,
     ) -> None:
         caller = getattr(pm.hook, hook_name)
-        if misconfigured is None:
+        if tools_hook:
+            caller(
+                register=register,
+                settings=self._settings,
+                misconfigured=misconfigured,
+                check_only=self._check_only,
+            )
+        elif misconfigured is None:
             caller(register=register, settings=self._settings)
         else:
             caller(register=register, settings=self._settings, misconfigured=misconfigured)
@@ -448,37 +461,6 @@ class ExtensionRegistryBuilder:
             misconfigured=MappingProxyType(dict(self._misconfigured)),
             observers=tuple(self._observers),
         )
-
-
-def _collector(target: list[Any], kind: type) -> Callable[[Any], None]:
-    def register(obj: Any) -> None:
-        if not isinstance(obj, kind):
-            raise TypeError(f"register() expects a {kind.__name__}, got {type(obj).__name__}")
-        target.append(obj)
-
-    return register
-
-
-def _engine_id(engine: InferenceEngine) -> str:
-    if not isinstance(engine, InferenceEngine):
-        raise TypeError(f"expected an InferenceEngine, got {type(engine).__name__}")
-    if not isinstance(engine.id, str) or not engine.id:
-        raise ValueError(f"engine {engine!r} has no id; set the `id` attribute")
-    return engine.id
-
-
-def _tool_name(tool: Tool) -> str:
-    if not isinstance(tool, Tool):
-        raise TypeError(f"expected a Tool, got {type(tool).__name__}")
-    return check_tool_name(tool.name)
-
-
-def _factory_id(factory: ThreadStoreFactory) -> str:
-    if not isinstance(factory, ThreadStoreFactory):
-        raise TypeError(f"expected a ThreadStoreFactory, got {type(factory).__name__}")
-    if not isinstance(factory.id, str) or not factory.id:
-        raise ValueError(f"thread store factory {factory!r} has no id; set the `id` attribute")
-    return factory.id
 
 
 __all__ = [

@@ -56,13 +56,22 @@ def register_thread_store_factories(
 def register_tools(
     register: Callable[[Tool], None],
     settings: Mapping[str, Mapping[str, Any]],
+    misconfigured: Callable[[str, BaseException | str], None],
+    check_only: bool,
 ) -> None:
     """Register tools the model may call by calling ``register(tool)`` once per tool.
 
     Called once when the extension registry is built (``load_entry_points``). Tool names
     are unique across plugins: two registrations of one name are an error naming both, and
     neither is used. ``settings`` is the same mapping the other hooks get; the
-    ``mcp_servers`` entry maps MCP server names to their ``[mcp_servers.<name>]`` tables.
+    ``mcp_servers`` entry maps MCP server names to their ``[mcp_servers.<name>]`` tables
+    (each top-level table a plugin owns arrives this way, raw, keyed by its name).
+
+    ``misconfigured(id, error)`` (opt-in) reports a table that is wrong (a
+    ``PluginSettingsError`` whose ``settings_id`` is the top-level table, ``mcp_servers``,
+    and ``setting`` the dotted key inside it, ``files.comand``) while the rest still
+    registers. ``check_only`` (opt-in) is True for ``roder config check``: check the
+    settings and report every mistake, but start nothing (no server, no process).
     """
 
 

@@ -285,6 +285,10 @@ class InferenceEngine:
     default_model: str | None = None
     """The model used when neither the caller nor ``default_model`` in the configuration
     chooses one (None: the runtime passes ``<engine id>-default`` and the engine decides)."""
+    engine_type: str | None = None
+    """The ``type`` an ``[engines.<id>]`` table names to make another engine of this kind
+    with the table's id (None: no table makes one). The runtime lists the types the
+    installed engines declare when a table names one that does not exist."""
 
     async def list_models(self, ctx: InferenceProviderContext) -> Sequence[ModelDescriptor]:
         """Return the models this engine offers."""

@@ -72,6 +72,7 @@ class AnthropicEngine(InferenceEngine):
     """
 
     id = "anthropic"
+    engine_type = "anthropic"
     capabilities = InferenceCapabilities(streaming=True, tool_calls=True, reasoning=True)
 
     def __init__(
@@ -84,10 +85,13 @@ class AnthropicEngine(InferenceEngine):
         if id is not None:
             self.id = id
         self.settings = settings if settings is not None else AnthropicSettings()
+        # What `roder models` and a session report is the model this engine sends.
+        self.default_model = self.settings.model
         self._http = HttpxClient.for_settings(
             self.settings,
             user_agent="roder-anthropic/0.1",
             status_failure=failure_for_status,
+            where=f"engine {self.id!r} at {self.settings.base_url}",
             transport=transport,
         )
 

@@ -93,11 +93,16 @@ class AnthropicSettings:
         Raise :class:`AnthropicSettingsError` naming the key for an unknown key or bad value.
         """
         read = SettingsTable(engine_id, table, AnthropicSettingsError)
+        engine_type = read.values.pop("type", None)
+        if engine_type not in (None, "anthropic"):
+            raise AnthropicSettingsError(
+                f'{read.where} type: expected "anthropic", got {engine_type!r}', setting="type"
+            )
         unknown = read.unknown_key(KNOWN_KEYS)
         if unknown is not None:
             raise AnthropicSettingsError(
                 f"{read.where}: unknown key {unknown!r}; known keys: "
-                f"{', '.join(sorted(KNOWN_KEYS))}",
+                f"{', '.join(sorted(KNOWN_KEYS | {'type'}))}",
                 setting=unknown,
             )
         base_url = read.base_url(ANTHROPIC_BASE_URL)

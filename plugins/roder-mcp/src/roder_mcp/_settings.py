@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from roder_api.errors import PluginSettingsError
+
 SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
 """What a server name must match (it prefixes its tools' names: ``NAME__tool``)."""
 
@@ -28,8 +30,24 @@ _KEYS = (
 )
 
 
-class McpSettingsError(ValueError):
-    """Raised when an ``[mcp_servers.NAME]`` table is wrong; the message names the key."""
+_WHERE = re.compile(r"\[mcp_servers\.([^\]]+)\](?:: (?:unknown key '([^']+)'|`(\w+)`))?")
+
+
+class McpSettingsError(PluginSettingsError):
+    """Raised when an ``[mcp_servers.NAME]`` table is wrong; the message names the key.
+
+    A ``PluginSettingsError`` (a ``ValueError`` too) for the ``mcp_servers`` table, its
+    ``setting`` the dotted key (``NAME.comand``, or ``NAME`` for the table), so that the
+    runtime says in which file and on which line it was written.
+    """
+
+    def __init__(self, message: str) -> None:
+        found = _WHERE.match(message)
+        setting = None
+        if found:
+            key = found.group(2) or found.group(3)
+            setting = f"{found.group(1)}.{key}" if key else found.group(1)
+        super().__init__("mcp_servers", setting, message)
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,20 +84,40 @@ def _without_clashes(tools: list[McpTool]) -> list[McpTool]:
     return [tool for tool in tools if len(by_name[tool.name]) == 1]
 
 
+def checked_tables(
+    tables: Mapping[str, Any], misconfigured: Callable[[str, BaseException | str], None]
+) -> dict[str, Mapping[str, Any]]:
+    """Return the tables that are right; report each wrong one (id ``mcp_servers.NAME``)."""
+    good: dict[str, Mapping[str, Any]] = {}
+    for name, table in tables.items():
+        try:
+            if not isinstance(table, Mapping):
+                raise McpSettingsError(f"[mcp_servers.{name}] must be a table")
+            ServerSettings.from_table(name, table)
+        except McpSettingsError as exc:
+            misconfigured(f"mcp_servers.{name}", exc)
+            continue
+        good[name] = table
+    return good
+
+
 @hookimpl
 def register_tools(
     register: Callable[[Tool], None],
     settings: Mapping[str, Mapping[str, Any]],
+    misconfigured: Callable[[str, BaseException | str], None],
+    check_only: bool,
 ) -> None:
     """Register the tools of every ``[mcp_servers.NAME]`` server, named ``NAME__tool``.
 
-    A server that fails to start is reported (a warning on the ``roder_mcp`` logger) and
-    registers nothing; the other servers' tools still register.
+    A wrong table is reported through ``misconfigured`` (its server is not started); a
+    server that fails to start is reported (a warning on the ``roder_mcp`` logger) and
+    registers nothing; the other servers' tools still register. ``check_only``: check
+    the tables and start nothing.
     """
-    tables = settings.get("mcp_servers") or {}
-    for name, table in tables.items():
-        if not isinstance(table, Mapping):
-            raise McpSettingsError(f"[mcp_servers.{name}] must be a table")
+    tables = checked_tables(settings.get("mcp_servers") or {}, misconfigured)
+    if check_only:
+        return
     tools, failures = start_servers(tables)
     for reason in failures.values():
         logger.warning("%s; its tools are not available", reason)

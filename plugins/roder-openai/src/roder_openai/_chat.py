@@ -208,6 +208,7 @@ class OpenAIChatEngine(HttpEngine):
     """Chat Completions over SSE with ``stream_options.include_usage``."""
 
     id = "openai-chat"
+    engine_type = "openai-chat"
     capabilities = InferenceCapabilities(streaming=True, tool_calls=True, reasoning=True)
 
     def request_body(

@@ -347,6 +347,7 @@ class OpenAIResponsesEngine(HttpEngine):
     """
 
     id = "openai"
+    engine_type = "openai"
     capabilities = InferenceCapabilities(streaming=True, tool_calls=True, reasoning=True)
 
     def request_body(

@@ -6,16 +6,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from roder_api import hookimpl
-from roder_api.errors import PluginSettingsError, check_settings
+from roder_api.errors import PluginSettingsError
+from roder_api.storekit import StoreSettings
 from roder_api.threads import ThreadStoreFactory
 from roder_postgres_thread_store._store import PostgresThreadStoreFactory
-
-
-def _flag(value: object) -> bool:
-    """Return a boolean setting given as a bool or as text (``"true"``, ``"1"``, ...)."""
-    if isinstance(value, str):
-        return value.strip().lower() in {"1", "true", "yes", "on"}
-    return bool(value)
 
 
 @hookimpl
@@ -29,10 +23,9 @@ def register_thread_store_factories(
     ``min_size`` / ``max_size`` (the connection pool), ``connect_timeout_s``, and
     ``read_only`` / ``must_exist`` (booleans; see :class:`PostgresThreadStoreFactory`).
     """
-    table = settings.get("postgres", {})
-    check_settings(
+    table = StoreSettings(
         "postgres",
-        table,
+        settings.get("postgres"),
         (
             "dsn",
             "schema",
@@ -43,17 +36,18 @@ def register_thread_store_factories(
             "must_exist",
         ),
     )
-    dsn = table.get("dsn")
     try:
         factory = PostgresThreadStoreFactory(
-            str(dsn) if dsn else None,
-            schema=str(table.get("schema", "roder")),
-            min_size=int(table.get("min_size", 1)),
-            max_size=int(table.get("max_size", 8)),
-            connect_timeout_s=float(table.get("connect_timeout_s", 10.0)),
-            read_only=_flag(table.get("read_only", False)),
-            must_exist=_flag(table.get("must_exist", False)),
+            table.string("dsn", None) or None,
+            schema=table.string("schema", "roder") or "roder",
+            min_size=table.integer("min_size", 1),
+            max_size=table.integer("max_size", 8),
+            connect_timeout_s=table.seconds("connect_timeout_s", 10.0),
+            read_only=table.flag("read_only"),
+            must_exist=table.flag("must_exist"),
         )
+    except PluginSettingsError:
+        raise
     except (TypeError, ValueError) as exc:
         raise PluginSettingsError("postgres", None, f"[thread_store]: {exc}") from None
     register(factory)

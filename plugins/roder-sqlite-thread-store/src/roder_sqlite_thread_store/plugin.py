@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from roder_api import hookimpl
-from roder_api.errors import PluginSettingsError, check_settings
+from roder_api.errors import PluginSettingsError
+from roder_api.storekit import StoreSettings
 from roder_api.threads import ThreadStoreFactory
 from roder_sqlite_thread_store._store import SqliteThreadStoreFactory
 
@@ -17,13 +18,6 @@ def default_path() -> Path:
     """Return ``$RODER_HOME/threads.sqlite3`` (``RODER_HOME`` defaults to ``~/.roder``)."""
     home = os.environ.get("RODER_HOME") or "~/.roder"
     return Path(home).expanduser() / "threads.sqlite3"
-
-
-def _flag(value: object) -> bool:
-    """Return a boolean setting given as a bool or as text (``"true"``, ``"1"``, ...)."""
-    if isinstance(value, str):
-        return value.strip().lower() in {"1", "true", "yes", "on"}
-    return bool(value)
 
 
 @hookimpl
@@ -37,19 +31,21 @@ def register_thread_store_factories(
     ``busy_timeout_s``, ``read_only`` and ``must_exist`` (booleans; see
     :class:`SqliteThreadStoreFactory`).
     """
-    table = settings.get("sqlite", {})
-    check_settings(
-        "sqlite", table, ("path", "durability", "busy_timeout_s", "read_only", "must_exist")
+    table = StoreSettings(
+        "sqlite",
+        settings.get("sqlite"),
+        ("path", "durability", "busy_timeout_s", "read_only", "must_exist"),
     )
-    path = table.get("path")
     try:
         factory = SqliteThreadStoreFactory(
-            Path(str(path)).expanduser() if path else default_path(),
-            durability=str(table.get("durability", "fsync")),
-            busy_timeout_s=float(table.get("busy_timeout_s", 30.0)),
-            read_only=_flag(table.get("read_only", False)),
-            must_exist=_flag(table.get("must_exist", False)),
+            table.path(default_path()),
+            durability=table.string("durability", "fsync") or "fsync",
+            busy_timeout_s=table.seconds("busy_timeout_s", 30.0),
+            read_only=table.flag("read_only"),
+            must_exist=table.flag("must_exist"),
         )
+    except PluginSettingsError:
+        raise
     except (TypeError, ValueError) as exc:
-        raise PluginSettingsError("sqlite", None, f"[thread_store]: {exc}") from None
+        raise PluginSettingsError("sqlite", "durability", f"[thread_store]: {exc}") from None
     register(factory)

@@ -166,6 +166,26 @@ class HttpxClient:
         if client is not None:
             await client.aclose()
 
+    def status_error(
+        self, status: int, headers: Any, body: bytes, key: str | None, request: str
+    ) -> ProviderFailure:
+        """Return the failure for an error answer to ``request`` (``POST chat/completions``).
+
+        A 404 says the URL is wrong rather than the request: like a transport error it is
+        led by ``where`` and names the URL asked, so that a person knows what to fix.
+        """
+        failure = self._status_failure(status, headers, body, key)
+        if status != 404:
+            return failure
+        method, _, path = request.partition(" ")
+        lead = f"{self.where}: " if self.where else ""
+        return ProviderFailure(
+            failure.kind,
+            f"{lead}{failure.message} ({method} {self.base_url}/{path.lstrip('/')} was not "
+            "found: check base_url)",
+            retry_after=failure.retry_after,
+        )
+
     def failure(self, error: httpx.HTTPError, *, streaming: bool) -> ProviderFailure:
         """Return the failure for a transport error, led by ``where``."""
         return failure_for_exception(error, streaming=streaming, where=self.where)
@@ -194,7 +214,9 @@ class HttpxClient:
                     error_body = (await response.aread())[:MAX_ERROR_BODY]
                 except httpx.HTTPError:
                     error_body = b""
-                raise self._status_failure(response.status_code, response.headers, error_body, key)
+                raise self.status_error(
+                    response.status_code, response.headers, error_body, key, f"POST {path}"
+                )
             if response.headers.get("content-type", "").startswith("application/json"):
                 # Some servers answer a streamed request with the whole answer: read it as
                 # the stream it stands for.
@@ -276,8 +298,12 @@ class HttpxClient:
         except httpx.HTTPError as error:
             raise self.failure(error, streaming=False) from None
         if response.status_code >= 300:
-            raise self._status_failure(
-                response.status_code, response.headers, response.content[:MAX_ERROR_BODY], key
+            raise self.status_error(
+                response.status_code,
+                response.headers,
+                response.content[:MAX_ERROR_BODY],
+                key,
+                f"{method} {path}",
             )
         try:
             return orjson.loads(response.content)

@@ -16,7 +16,9 @@ them again:
   (:class:`TurnFold`, :func:`turns_from_events`), the one rule for where
   replay starts (:func:`replay_start`, :func:`last_boundary_sequence`), listing cursors
   and pages, and the argument checks every store shares (:func:`check_expected` for the
-  conditional append).
+  conditional append);
+- :class:`StoreSettings`: the ``[thread_store]`` table read key by key, a value of the
+  wrong kind an error naming the key (so the runtime adds its file and line).
 
 See ``docs/writing-a-thread-store.md``.
 """
@@ -52,6 +54,7 @@ from roder_api.storekit._fork_guard import close_on_fork, forget_on_fork
 from roder_api.storekit._group_commit import GroupCommit
 from roder_api.storekit._relational import RelationalThreadStore
 from roder_api.storekit._repairable import CheckReport, RepairableThreadStore, RepairReport
+from roder_api.storekit._settings import StoreSettings
 from roder_api.storekit._workers import run_in_worker
 from roder_api.storekit._write_batch import EventRow, SqlConnection, ThreadRow, WriteBatch
 
@@ -65,6 +68,7 @@ __all__ = [
     "RepairReport",
     "RepairableThreadStore",
     "SqlConnection",
+    "StoreSettings",
     "ThreadRow",
     "TurnFold",
     "UNSET",

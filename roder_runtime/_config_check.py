@@ -1,0 +1,106 @@
+"""What the configuration names that the loaded plugins do not have.
+
+Some mistakes can only be seen once the plugins are loaded: a ``type`` no installed engine
+has, a tool name no plugin registered, a plugin's own top-level table (``[mcp_servers]``)
+that its plugin reported wrong. Each is a ``ConfigError`` with the file and line the name
+was written on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import anyio
+
+from roder_api.errors import ConfigError
+from roder_api.extension import ExtensionRegistry
+from roder_runtime._config import PLUGIN_TABLES, RuntimeConfig
+
+_CLOSE_TIMEOUT_S = 30.0
+"""How long closing a registry that is refused may take (MCP servers were started)."""
+
+
+def loaded_problems(config: RuntimeConfig, registry: ExtensionRegistry) -> list[ConfigError]:
+    """Return every mistake of ``config`` that ``registry`` (its plugins loaded) shows."""
+    problems = _engine_type_problems(config, registry)
+    problems.extend(_tool_name_problems(config, registry))
+    for id, (plugin, reason) in registry.misconfigured.items():
+        if id.split(".", 1)[0] in PLUGIN_TABLES:
+            problems.append(ConfigError(f"{reason} (plugin {plugin!r})"))
+    return problems
+
+
+def _where(config: RuntimeConfig, key: str) -> str | None:
+    found = config.sources.get(key)
+    return None if found in (None, "default") else found
+
+
+def _engine_type_problems(config: RuntimeConfig, registry: ExtensionRegistry) -> list[ConfigError]:
+    types = sorted({e.engine_type for e in registry.engines.values() if e.engine_type})
+    problems = []
+    for engine_id, table in config.engines.items():
+        declared = table.get("type")
+        if declared is None or engine_id in registry.engines:
+            continue
+        if engine_id in registry.misconfigured:
+            continue  # its plugin took the table and said what is wrong with it
+        problems.append(
+            ConfigError(
+                f"[engines.{engine_id}] type {declared!r} is not an engine type; the engine "
+                f"types installed: {', '.join(types) or 'none'}",
+                source=_where(config, f"engines.{engine_id}.type"),
+                key=f"engines.{engine_id}.type",
+            )
+        )
+    return problems
+
+
+def _tool_name_problems(config: RuntimeConfig, registry: ExtensionRegistry) -> list[ConfigError]:
+    # An MCP server's tools are known only once it runs (it may be down, or not started by
+    # `roder config check`): a name with a configured server's prefix is taken on trust.
+    prefixes = tuple(f"{name}__" for name in config.mcp_servers)
+
+    def known(name: str) -> bool:
+        return (
+            name in registry.tools or name in registry.tool_conflicts or name.startswith(prefixes)
+        )
+
+    registered = ", ".join(sorted(registry.tools)) or "none"
+    problems = []
+    for name in config.tools.enabled or ():
+        if not known(name):
+            problems.append(
+                ConfigError(
+                    f"[tools] enabled: no tool is named {name!r}; registered tools: {registered}",
+                    source=_where(config, "tools.enabled"),
+                    key="tools.enabled",
+                )
+            )
+    for name in config.tools.approval:
+        if not known(name):
+            problems.append(
+                ConfigError(
+                    f"[tools.approval] {name}: no tool is named {name!r}; registered tools: "
+                    f"{registered}",
+                    source=_where(config, f"tools.approval.{name}"),
+                    key=f"tools.approval.{name}",
+                )
+            )
+    return problems
+
+
+def close_refused(registry: ExtensionRegistry) -> None:
+    """Close a registry that is not handed out (its plugins may have started servers).
+
+    Blocking; it runs the close on an event loop of its own in a thread, so that it works
+    whether or not the caller is inside one.
+    """
+
+    def close() -> None:
+        with contextlib.suppress(Exception):
+            anyio.run(registry.aclose)
+
+    thread = threading.Thread(target=close, name="roder-close-refused", daemon=True)
+    thread.start()
+    thread.join(_CLOSE_TIMEOUT_S)
