@@ -7,7 +7,9 @@ HTTP and its own errors come back through the engine.
 
 from __future__ import annotations
 
+import gc
 import json
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,16 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def collect_llms_leftover_clients() -> Iterator[None]:
+    """Collect the SDK clients llm's OpenAI plugin leaves behind, here, with their warnings
+    ignored: collected later they would warn inside some other test."""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gc.collect()
 
 
 def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
