@@ -89,3 +89,24 @@ def test_a_pending_approval_survives_a_restart(
         assert wait_run(c, tid, "r1")["status"] == "completed"
         texts = [i.get("text") for i in c.get(f"/v1/threads/{tid}/items").json()["items"]]
         assert texts[-1] == "word_count said: 3"
+
+
+def test_a_later_turn_reusing_a_call_id_is_asked_and_answered_again(
+    serve: Callable[..., Server], tmp_path: Path
+) -> None:
+    # The scripted engine names each turn's first call the same: an old turn's decision
+    # must not answer (or block) the new question.
+    server = serve("jsonl", env=_tool_env(tmp_path), extra_config=ASK)
+    with server.client() as c:
+        tid = c.post("/v1/threads", json={}).json()["thread_id"]
+        for number, turn in enumerate(("r1", "r2"), start=1):
+            c.post(f"/v1/threads/{tid}/runs", json={"input": CALL, "turn_id": turn})
+            asked = _wait_asked(c, tid, count=number)
+            assert asked["turn_id"] == turn
+            decided = c.post(
+                f"/v1/threads/{tid}/approvals/{asked['call_id']}", json={"approved": True}
+            )
+            assert decided.status_code == 202, decided.text
+            assert wait_run(c, tid, turn)["status"] == "completed"
+        again = c.post(f"/v1/threads/{tid}/approvals/{asked['call_id']}", json={"approved": True})
+        assert again.status_code == 409

@@ -15,7 +15,7 @@ from roder_api.errors import ThreadNotFoundError
 from roder_api.inference import InferenceProviderContext
 from roder_api.threads import validate_thread_id
 from roder_server._problems import Problem, from_error
-from roder_server._runs import MULTITASK, Dispatcher, fold_runs, pending_approvals
+from roder_server._runs import MULTITASK, Dispatcher, fold_runs, latest_approval
 from roder_server._stream import journal_stream
 
 JSON = "application/json"
@@ -324,10 +324,10 @@ async def approve_call(request: Request) -> Response:
     reason = _opt(body, "reason", str, "a string")
     state = _app(request)
     store = await state.store()
-    asked, decided = pending_approvals(await store.read_events(thread_id))
-    if call_id not in asked:
+    request, decided = latest_approval(await store.read_events(thread_id), call_id)
+    if request is None:
         raise Problem(404, f"no approval was asked for call {call_id!r}")
-    if call_id in decided:
+    if decided:
         raise Problem(409, f"call {call_id!r} is decided already", error="BusyError")
     with anyio.CancelScope(shield=True):
         await state.dispatcher.approve(thread_id, call_id, approved, reason)

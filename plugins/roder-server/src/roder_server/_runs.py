@@ -108,11 +108,28 @@ def fold_runs(thread_id: str, entries: Sequence[JournalEvent]) -> dict[str, RunS
     return {t: RunStatus(thread_id, t, s, r, u) for t, (s, r, u) in runs.items()}
 
 
-def pending_approvals(entries: Sequence[JournalEvent]) -> tuple[set[str], set[str]]:
-    """Return the call ids asked for approval and those decided, from a journal."""
-    asked = {e.event.call_id for e in entries if isinstance(e.event, ToolApprovalRequested)}
-    decided = {e.event.call_id for e in entries if isinstance(e.event, ToolApprovalDecided)}
-    return asked, decided
+def latest_approval(
+    entries: Sequence[JournalEvent], call_id: str
+) -> tuple[ToolApprovalRequested | None, bool]:
+    """Return the newest approval request for ``call_id`` and whether it is decided.
+
+    Call ids are the model's and may come back in a later turn (engines number them per
+    turn), so a request is matched with the decision of its own turn, and only the newest
+    request counts: an old turn's decision never answers a new question.
+    """
+    request: ToolApprovalRequested | None = None
+    decided = False
+    for entry in entries:
+        event = entry.event
+        if isinstance(event, ToolApprovalRequested) and event.call_id == call_id:
+            request, decided = event, False
+        elif (
+            isinstance(event, ToolApprovalDecided)
+            and request is not None
+            and (event.turn_id, event.call_id) == (request.turn_id, call_id)
+        ):
+            decided = True
+    return request, decided
 
 
 class Dispatcher:
@@ -284,12 +301,9 @@ class Dispatcher:
             held.session.decide_tool_call(call_id, approved, reason)
             return
         store = await self.store()
-        entries = await store.read_events(thread_id)
-        request = next(
-            e.event
-            for e in entries
-            if isinstance(e.event, ToolApprovalRequested) and e.event.call_id == call_id
-        )
+        request, decided = latest_approval(await store.read_events(thread_id), call_id)
+        if request is None or decided:
+            return  # the route checked it; it was decided meanwhile, nothing to add
         await store.append_events(
             thread_id, [ToolApprovalDecided(request.turn_id, call_id, approved, reason)]
         )
