@@ -324,8 +324,8 @@ async def approve_call(request: Request) -> Response:
     reason = _opt(body, "reason", str, "a string")
     state = _app(request)
     store = await state.store()
-    request, decided = latest_approval(await store.read_events(thread_id), call_id)
-    if request is None:
+    asked, decided = latest_approval(await store.read_events(thread_id), call_id)
+    if asked is None:
         raise Problem(404, f"no approval was asked for call {call_id!r}")
     if decided:
         raise Problem(409, f"call {call_id!r} is decided already", error="BusyError")
