@@ -2,8 +2,10 @@
 
 Tokens come from the variable named by ``tokens_env``: ``tok`` (the default tenant) or
 ``tok=tenant``, comma-separated. Every token is compared with ``hmac.compare_digest`` (all
-of them, so the time taken does not say which one nearly matched). ``/healthz`` and
-``/readyz`` are open.
+of them, so the time taken does not say which one nearly matched). ``/healthz``,
+``/readyz`` and the thread browser's files (``/`` and ``/static/...``, which hold no data:
+the page asks for a token) are open. A stream may carry its token as the ``access_token``
+query parameter instead, because a browser's ``EventSource`` cannot set headers.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -19,7 +22,20 @@ from roder_server._problems import Problem, problem_response
 DEFAULT_TENANT = ""
 """The tenant of a bare token (and of every request when no tokens are set)."""
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})
+"""Paths answered without a token (``/static/...`` too: the page's own files)."""
+
+
+def _is_open(path: str) -> bool:
+    return path in OPEN_PATHS or path.startswith("/static/")
+
+
+def _query_token(scope: Scope) -> str | None:
+    """Return ``access_token`` of a stream request's query (EventSource sends no headers)."""
+    if scope["method"] != "GET" or not scope["path"].endswith("/stream"):
+        return None
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("access_token")
+    return f"Bearer {values[-1]}" if values else None
 
 
 def parse_tokens(text: str | None) -> dict[str, str]:
@@ -60,10 +76,11 @@ class GuardMiddleware:
             await self.app(scope, receive, send)
             return
         tenant: str | None = DEFAULT_TENANT
-        if self.tokens and scope["path"] not in OPEN_PATHS and scope["method"] != "OPTIONS":
+        if self.tokens and not _is_open(scope["path"]) and scope["method"] != "OPTIONS":
             headers = dict(scope.get("headers") or ())
             raw = headers.get(b"authorization")
-            tenant = tenant_of(self.tokens, raw.decode("latin-1") if raw else None)
+            given = raw.decode("latin-1") if raw else _query_token(scope)
+            tenant = tenant_of(self.tokens, given)
             if tenant is None:
                 problem = Problem(
                     401,

@@ -37,6 +37,11 @@
     box.hidden = !text;
   }
 
+  // A failure's notice, unless it is a missing token: api() has asked for one already.
+  function failed(what, error) {
+    if (error.status !== 401) notice(`${what} failed: ${error.message}`);
+  }
+
   class HttpError extends Error {
     constructor(status, detail) {
       super(detail);
@@ -132,7 +137,7 @@
   }
 
   function refreshThreads() {
-    loadThreads(false).catch((error) => notice(`Listing threads failed: ${error.message}`));
+    loadThreads(false).catch((error) => failed("Listing threads", error));
   }
 
   // --- one thread: transcript, stream, approvals ------------------------------------------
@@ -456,7 +461,7 @@
     $("new-thread").addEventListener("click", newThread);
     $("refresh-threads").addEventListener("click", refreshThreads);
     $("more-threads").addEventListener("click", () => {
-      loadThreads(true).catch((error) => notice(`Listing threads failed: ${error.message}`));
+      loadThreads(true).catch((error) => failed("Listing threads", error));
     });
     window.addEventListener("hashchange", route);
     refreshThreads();
