@@ -199,6 +199,37 @@ def _finish(child: subprocess.Popen[str], wait_s: float) -> str:
     return out
 
 
+async def _judged_take_over(
+    stats: KindStats,
+    runtime: Runtime,
+    thread_id: str,
+    busy: str,
+    stalled: str,
+    *,
+    number: int,
+) -> tuple[int | None, bool]:
+    """Take the thread over, count the recovery time, and count a busy or stalled taker."""
+    taken_at, took, ended = await _take_over(runtime, thread_id)
+    stats.recovery_ms.append(took * 1000)
+    if taken_at is None:
+        stats.problem(f"trial {number}: {busy}", corrupt=1)
+    elif not ended:
+        stats.problem(f"trial {number}: {stalled}", corrupt=1)
+    return taken_at, ended
+
+
+def _stop(child: subprocess.Popen[str], job: int = 0) -> None:
+    """Kill what a trial left running (the holder, its forked job) and close its pipes."""
+    if child.poll() is None:
+        child.kill()
+        child.wait(30)
+    if job > 0 and _alive(job):
+        os.kill(job, signal.SIGKILL)
+    for stream in (child.stdout, child.stderr):
+        if stream is not None:
+            stream.close()
+
+
 async def run_lease_lost_trials(
     spec: StoreSpec, trials: int, workdir: Path, *, seed: int = 0, max_delay: float = 0.5
 ) -> KindStats:
@@ -220,17 +251,17 @@ async def run_lease_lost_trials(
                     thread_id,
                 )
                 stats.faults += int(ended)
-                taken_at, took, ended = await _take_over(runtime, thread_id)
-                stats.recovery_ms.append(took * 1000)
-                if taken_at is None:
-                    stats.problem(f"trial {number}: the thread stayed busy", corrupt=1)
-                elif not ended:
-                    stats.problem(f"trial {number}: the taker's turn stalled", corrupt=1)
+                taken_at, ended = await _judged_take_over(
+                    stats,
+                    runtime,
+                    thread_id,
+                    "the thread stayed busy",
+                    "the taker's turn stalled",
+                    number=number,
+                )
                 out = await anyio.to_thread.run_sync(_finish, child, 15.0)
             finally:
-                if child.poll() is None:
-                    child.kill()
-                    child.wait(30)
+                _stop(child)
             stats.trials += 1
             if "lost " not in out:
                 stats.problem(f"trial {number}: the holder did not stop: {out[-300:]!r}", corrupt=1)
@@ -269,30 +300,17 @@ async def run_forked_child_trials(
                 child.kill()  # SIGKILL
                 await anyio.to_thread.run_sync(child.wait, 30)
                 stats.faults += int(job > 0 and _alive(job))
-                taken_at, took, ended = await _take_over(runtime, thread_id)
-                stats.recovery_ms.append(took * 1000)
-                if taken_at is None:
-                    stats.problem(
-                        f"trial {number}: the lease outlived its SIGKILLed holder "
-                        "(its forked child still held it)",
-                        corrupt=1,
-                    )
-                elif not ended:
-                    stats.problem(
-                        f"trial {number}: the taker could not write for "
-                        f"{TAKER_TURN_DEADLINE_S:g} s (a lock of the SIGKILLed holder was "
-                        "still held by its forked child)",
-                        corrupt=1,
-                    )
+                await _judged_take_over(
+                    stats,
+                    runtime,
+                    thread_id,
+                    "the lease outlived its SIGKILLed holder (its forked child still held it)",
+                    f"the taker could not write for {TAKER_TURN_DEADLINE_S:g} s (a lock of the "
+                    "SIGKILLed holder was still held by its forked child)",
+                    number=number,
+                )
             finally:
-                if child.poll() is None:
-                    child.kill()
-                    child.wait(30)
-                if job > 0 and _alive(job):
-                    os.kill(job, signal.SIGKILL)
-                for stream in (child.stdout, child.stderr):
-                    if stream is not None:
-                        stream.close()
+                _stop(child, job)
             stats.trials += 1
             _check(stats, f"trial {number}", await _events(spec, thread_id), _acks(ack), None)
     return stats
