@@ -191,3 +191,27 @@ async def test_an_http_error_of_the_sdk_is_a_typed_failure(server: LoopbackServe
         )
     assert raised.value.kind is ProviderFailureKind.AUTHENTICATION
     assert "HTTP 401" in raised.value.message
+
+
+async def test_keys_stay_in_llms_key_store(server: LoopbackServer, llm_home: Path) -> None:
+    from roder_api import ExtensionRegistryBuilder
+    from roder_api.testing.loopback import files_contain
+    from roder_jsonl_thread_store import JsonlThreadStoreFactory
+    from roder_runtime import Runtime, RuntimeConfig
+
+    key = "sk-roder-llm-test-key-7f3a"
+    (llm_home / "keys.json").write_text(json.dumps({"loopkey": key}))
+    extra = (llm_home / "extra-openai-models.yaml").read_text()
+    (llm_home / "extra-openai-models.yaml").write_text(extra + "  api_key_name: loopkey\n")
+    server.expect("/chat/completions", text_reply("fine"))
+    builder = ExtensionRegistryBuilder()
+    builder.inference_engine(LlmEngine())
+    store = llm_home.parent / "threads"
+    builder.thread_store_factory(JsonlThreadStoreFactory(base_path=store))
+    config = RuntimeConfig(default_engine="llm", default_model="loopback-chat")
+    async with Runtime(builder.build(), config) as runtime:
+        thread_id = (await runtime.create_thread()).thread_id
+        assert await runtime.run_turn(thread_id, "hi") == "fine"
+    # The key went to the server, from llm's key store, and nowhere into Roder's files.
+    assert server.requests[0].headers["authorization"] == f"Bearer {key}"
+    assert not files_contain(store, key.encode())
