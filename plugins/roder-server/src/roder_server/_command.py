@@ -168,11 +168,15 @@ async def _serve(
 
 @asynccontextmanager
 async def open_tenant_runtimes(
-    context: CommandContext, tokens: Mapping[str, str]
+    context: CommandContext, tokens: Mapping[str, str] | None = None
 ) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
     """Open the default tenant's runtime and one per tenant named in ``tokens`` (each on
     its own store namespace, :func:`tenant_store`); yield ``(runtime, {tenant: runtime})``
-    and close them all on exit. ``roder serve`` and dispatch workers open the same set."""
+    and close them all on exit. ``roder serve`` and dispatch workers open the same set.
+    ``tokens`` None: read them from ``[server] tokens_env``."""
+    if tokens is None:
+        settings = ServerSettings.from_table(context.plugin_settings.get(SETTINGS_ID))
+        tokens = parse_tokens(os.environ.get(settings.tokens_env))
     async with AsyncExitStack() as stack:
         runtime = await stack.enter_async_context(context.open_runtime())
         tenants: dict[str, Any] = {}
