@@ -192,7 +192,7 @@ def test_sigkill_the_worker_running_a_turn_the_other_finishes_it(
                 e["event"]["item"]
                 for e in events
                 if e["event"]["type"] == "item_completed"
-                and e["event"]["item"]["type"] == "tool_result_record"
+                and e["event"]["item"]["type"] == "tool_result"
             ]
             assert len(results) == 1 and results[0]["is_error"], results
     finally:
