@@ -22,8 +22,8 @@ from roder_server._settings import ServerSettings
 from roder_server._stream import journal_stream, sse_message
 
 __all__ = [
-    "DISPATCH_GROUP",
     "AcceptedRun",
+    "DISPATCH_GROUP",
     "Dispatcher",
     "RunDispatcher",
     "RunDispatcherFactory",

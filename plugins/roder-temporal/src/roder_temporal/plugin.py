@@ -24,4 +24,7 @@ def register_commands(
     try:
         TemporalSettings.from_table(settings.get(SETTINGS_ID))
     except PluginSettingsError as exc:
-        misconfigured(f"{SETTINGS_ID}.{exc.setting}", exc)
+        named = f"[{SETTINGS_ID}] {exc.setting}: {exc.reason}"  # the key, beside its line
+        misconfigured(
+            f"{SETTINGS_ID}.{exc.setting}", PluginSettingsError(SETTINGS_ID, exc.setting, named)
+        )
