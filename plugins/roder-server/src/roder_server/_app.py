@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 from roder_api.errors import RoderError
 from roder_api.threads import ThreadStore
 from roder_server._auth import DEFAULT_TENANT, BodyTooLarge, GuardMiddleware, parse_tokens
+from roder_server._dispatch import RunDispatcher
 from roder_server._openapi import openapi_document
 from roder_server._problems import Problem, from_error, problem_response
 from roder_server._protocol import ServerRuntime
@@ -83,6 +84,7 @@ def create_app(
     tenants: Mapping[str, ServerRuntime] | None = None,
     tokens: Mapping[str, str] | None = None,
     routes: Sequence[BaseRoute] = (),
+    run_dispatcher: RunDispatcher | None = None,
 ) -> Starlette:
     """Return the ASGI app serving ``runtime`` (the contract of ``docs/serve.md``).
 
@@ -91,6 +93,9 @@ def create_app(
     tenant's); ``tokens`` maps token to tenant (default: read from ``tokens_env``; none:
     no authentication). The lifespan owns only what it opened: the sessions it starts for
     runs (closed on shutdown), never the runtimes.
+
+    ``run_dispatcher`` (None: in-process dispatch) schedules who answers each accepted run
+    instead of this process (``roder serve --dispatch temporal``; the caller owns it).
 
     ``routes`` are added after the contract's (the OpenAI-compatible surface): a handler
     reaches its tenant with ``request.app.state.server.for_request(request)`` (a
@@ -105,9 +110,8 @@ def create_app(
     owner = f"roder serve ({socket.gethostname()}:{os.getpid()})"
     server = ServerState(settings)
     for name, tenant_runtime in {DEFAULT_TENANT: runtime, **dict(tenants or {})}.items():
-        server.tenants[name] = TenantState(
-            tenant_runtime, Dispatcher(tenant_runtime, owner=owner), settings, owner, server
-        )
+        dispatcher = Dispatcher(tenant_runtime, owner=owner, remote=run_dispatcher, tenant=name)
+        server.tenants[name] = TenantState(tenant_runtime, dispatcher, settings, owner, server)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
