@@ -66,14 +66,24 @@ def _usage(value: Any) -> TokenUsage:
     return value if isinstance(value, TokenUsage) else from_dict(value)
 
 
-@register("thread_metadata", usage=_usage)
+def _turn_ids(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"open_turns must be a list of turn ids, not {value!r:.200}")
+    return tuple(value)
+
+
+@register("thread_metadata", usage=_usage, open_turns=_turn_ids)
 @dataclass(frozen=True, slots=True)
 class ThreadMetadata(Record):
     """What a listing shows of a thread, kept without reading its journal.
 
     ``usage`` is the sum of every ``UsageUpdated`` in the journal, ``item_count`` the number
     of ``ItemCompleted`` events, ``last_sequence`` the newest event's sequence (0: none).
-    ``extra`` is free-form JSON (for example ``forked_from``).
+    ``extra`` is free-form JSON (for example ``forked_from``). ``open_turns`` holds the ids
+    of the turns accepted (``InputAccepted`` that is not a steer) or started and not yet
+    ended (``TurnComplete`` / ``TurnAborted``), in the order they opened: what
+    :meth:`ThreadStore.threads_with_pending_input` asks about. Like the counts, it is folded
+    by the store at append time (a value passed to ``create_thread`` is ignored).
     """
 
     thread_id: str
@@ -84,6 +94,7 @@ class ThreadMetadata(Record):
     item_count: int = 0
     last_sequence: int = 0
     extra: Mapping[str, Any] = field(default_factory=dict)
+    open_turns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,9 +392,9 @@ class ThreadStore(ABC):
         """
         return await poll_for_events(self, thread_id, after_sequence, timeout_s)
 
-    pending_tail: ClassVar[int] = 64
-    """How many of a thread's newest events the default :meth:`threads_with_pending_input`
-    reads."""
+    pending_tail: ClassVar[int] = 256
+    """How many events a page of the default :meth:`threads_with_pending_input` reads while
+    it pages back through a thread (until it knows whether a turn is open)."""
 
     async def threads_with_pending_input(
         self, *, updated_after_ms: int = 0, limit: int = 100
@@ -394,10 +405,11 @@ class ThreadStore(ABC):
         session answers the input (or closes the turn by the crash rules).
 
         The default walks the listing (metadata only) down to ``updated_after_ms`` and
-        reads the newest :attr:`pending_tail` events of each thread: a store that keeps a
-        pending-input marker answers it with one query instead. False positives are
-        harmless (the session finds nothing to do); a thread it misses is answered on its
-        next use.
+        pages back through each thread's journal (:attr:`pending_tail` events a page) until
+        it meets a turn opened and not ended, or the start: correct, but it reads every
+        journal. A store that keeps :attr:`ThreadMetadata.open_turns` in a column answers
+        it with one indexed query instead (the relational and JSONL stores do). False
+        positives are harmless (the session finds nothing to do).
         """
         return await find_pending_input(self, updated_after_ms, limit)
 

@@ -224,6 +224,7 @@ def openapi_document() -> dict[str, Any]:
                         "item_count": {"type": "integer"},
                         "last_sequence": {"type": "integer"},
                         "extra": _OBJ,
+                        "open_turns": {"type": "array", "items": {"type": "string"}},
                     },
                 },
                 "ThreadPage": {

@@ -146,7 +146,7 @@ class MemoryThreadStore(ThreadStore):
     async def create_thread(self, metadata: ThreadMetadata) -> ThreadMetadata:
         """Create a thread; raise ``ThreadExistsError`` when the id is taken."""
         await self._enter("create_thread", metadata.thread_id)
-        stored = replace(metadata, usage=TokenUsage(), item_count=0, last_sequence=0)
+        stored = replace(metadata, usage=TokenUsage(), item_count=0, last_sequence=0, open_turns=())
         raw = dumps(stored)
         with self.data.lock:
             if stored.thread_id in self.data.threads:
