@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping
-from typing import Protocol, cast
 
 import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from roder_api.errors import RoderError, ThreadBusyError, ThreadNotFoundError
-from roder_api.events import InputAccepted, TurnAborted, TurnComplete, TurnStarted
+from roder_api.events import TurnAborted, TurnComplete
 from roder_api.threads import ThreadStore
 from roder_server import ServerRuntime, ServerSession, fold_runs
 from roder_temporal._workflow import ACTIVITY, RunRef
@@ -31,10 +30,6 @@ _QUIET_S = 0.5
 """How long the session must stay idle after the run ended before the activity returns."""
 _CHECK_S = 1.0
 """How often the journal is read for the run's status (beside the session's events)."""
-
-
-class _Taking(Protocol):
-    def take_journaled_input(self, turn_id: str, text: str) -> bool: ...
 
 
 class RunAnswerer:
@@ -71,7 +66,6 @@ class RunAnswerer:
             ) as session:
                 if self.announce is not None:
                     self.announce(f"answering thread {ref.thread_id} (run {ref.turn_id})")
-                await _take_unstarted(session, store, ref)
                 return await _answer(session, store, ref)
         except ThreadBusyError as exc:
             # Another session holds the thread: it answers the journaled input; this
@@ -85,17 +79,6 @@ async def _status(store: ThreadStore, ref: RunRef) -> str:
     runs = fold_runs(ref.thread_id, await store.read_events(ref.thread_id))
     run = runs.get(ref.turn_id)
     return "missing" if run is None else run.status
-
-
-async def _take_unstarted(session: ServerSession, store: ThreadStore, ref: RunRef) -> None:
-    # The session's start finds unanswered input only after the journal's last
-    # TurnStarted; input accepted before a turn that a dead session had started (it took
-    # both at once) is found here. Queued twice it is not: the session says so.
-    events = [e.event for e in await store.read_events(ref.thread_id)]
-    started = {e.turn_id for e in events if isinstance(e, TurnStarted)}
-    for event in events:
-        if isinstance(event, InputAccepted) and not event.steer and event.turn_id not in started:
-            cast(_Taking, session).take_journaled_input(event.turn_id, event.text)
 
 
 async def _answer(session: ServerSession, store: ThreadStore, ref: RunRef) -> str:
