@@ -37,7 +37,6 @@ def _where(config: RuntimeConfig, key: str) -> str | None:
 
 
 def _engine_type_problems(config: RuntimeConfig, registry: ExtensionRegistry) -> list[ConfigError]:
-    types = sorted({e.engine_type for e in registry.engines.values() if e.engine_type})
     problems = []
     for engine_id, table in config.engines.items():
         declared = table.get("type")
@@ -45,6 +44,8 @@ def _engine_type_problems(config: RuntimeConfig, registry: ExtensionRegistry) ->
             continue
         if engine_id in registry.misconfigured:
             continue  # its plugin took the table and said what is wrong with it
+        # Only now are the engines' types listed: that imports every engine plugin.
+        types = sorted({e.engine_type for e in registry.engines.values() if e.engine_type})
         problems.append(
             ConfigError(
                 f"[engines.{engine_id}] type {declared!r} is not an engine type; the engine "
@@ -63,16 +64,19 @@ def _tool_name_problems(config: RuntimeConfig, registry: ExtensionRegistry) -> l
 
     def known(name: str) -> bool:
         return (
-            name in registry.tools or name in registry.tool_conflicts or name.startswith(prefixes)
+            # The prefix first: asking the registry may import plugins with tools.
+            name.startswith(prefixes) or name in registry.tools or name in registry.tool_conflicts
         )
 
-    registered = ", ".join(sorted(registry.tools)) or "none"
+    def registered() -> str:  # only for an error: it imports the plugins that have tools
+        return ", ".join(sorted(registry.tools)) or "none"
+
     problems = []
     for name in config.tools.enabled or ():
         if not known(name):
             problems.append(
                 ConfigError(
-                    f"[tools] enabled: no tool is named {name!r}; registered tools: {registered}",
+                    f"[tools] enabled: no tool is named {name!r}; registered tools: {registered()}",
                     source=_where(config, "tools.enabled"),
                     key="tools.enabled",
                 )
@@ -82,7 +86,7 @@ def _tool_name_problems(config: RuntimeConfig, registry: ExtensionRegistry) -> l
             problems.append(
                 ConfigError(
                     f"[tools.approval] {name}: no tool is named {name!r}; registered tools: "
-                    f"{registered}",
+                    f"{registered()}",
                     source=_where(config, f"tools.approval.{name}"),
                     key=f"tools.approval.{name}",
                 )
