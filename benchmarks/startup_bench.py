@@ -107,7 +107,7 @@ def main() -> None:
                 "modules": len(found),
                 "slowest_top_level": [(m[0], m[2] / 1e6) for m in top_level],
             }
-    print("| command | median of %d (s) | plugins imported | modules |" % runs)
+    print(f"| command | median of {runs} (s) | plugins imported | modules |")
     print("|---|---|---|---|")
     for label, r in results.items():
         plugins = ", ".join(r["plugins"]) or "none"  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ import threading
 import anyio
 
 from roder_api.errors import ConfigError
-from roder_api.extension import ExtensionRegistry
+from roder_api.extension import ExtensionRegistry, ExtensionRegistryBuilder
 from roder_runtime._config import PLUGIN_TABLES, RuntimeConfig
 
 _CLOSE_TIMEOUT_S = 30.0
@@ -25,10 +25,34 @@ def loaded_problems(config: RuntimeConfig, registry: ExtensionRegistry) -> list[
     """Return every mistake of ``config`` that ``registry`` (its plugins loaded) shows."""
     problems = _engine_type_problems(config, registry)
     problems.extend(_tool_name_problems(config, registry))
-    for id, (plugin, reason) in registry.misconfigured.items():
+    lazy = _lazy_table_mistakes(config, registry)  # first: it may import observer plugins
+    misconfigured = {**registry.misconfigured, **lazy}
+    for id, (plugin, reason) in misconfigured.items():
         if id.split(".", 1)[0] in PLUGIN_TABLES:
             problems.append(ConfigError(f"{reason} (plugin {plugin!r})"))
     return problems
+
+
+def _lazy_table_mistakes(
+    config: RuntimeConfig, registry: ExtensionRegistry
+) -> dict[str, tuple[str, str]]:
+    """Return what lazy plugins say of the top-level tables they own (``[mcp_servers]``,
+    ``[otel]``), so that a wrong one is refused at start-up as before they were lazy.
+
+    Only when such a table is written: the observer plugins are imported (they would be
+    at the first journaled batch anyway), and the tool plugins checked with ``check_only``
+    in a registry of their own (an MCP server is started only when a turn needs tools).
+    """
+    if not any(config.plugin_tables.values()) or all(i.imported for i in registry.plugins):
+        return {}
+    len(registry.observers)  # imports the observer plugins; they check their tables
+    builder = ExtensionRegistryBuilder(
+        settings=config.plugin_settings(), locate=config.setting_source, check_only=True
+    )
+    builder.load_entry_points()
+    checked = builder.build()
+    len(checked.tools)  # imports the tool plugins; check_only: they start nothing
+    return dict(checked.misconfigured)
 
 
 def _where(config: RuntimeConfig, key: str) -> str | None:
