@@ -62,10 +62,10 @@ EXTRA_KEY = "openai_responses"
 
 _PAGE = 512
 _LOCKS = [anyio.Lock() for _ in range(64)]
-_WAIT_S = 0.05
-"""How long one wait for new events lasts while a response runs: short, because the
-default ``wait_for_events`` poll grows its pause the longer it waits (measured: 5 s waits
-added ~70 ms to the first delta, 0.05 s ~39 ms; benchmarks/openai_bench.py)."""
+_WAIT_S = 5.0
+"""The deadline of one wait for new events while a response runs. ``wait_for_events``
+returns at once when this process appends to the thread; an append by another process is
+found by the store's own wake-up (``LISTEN/NOTIFY``) or poll."""
 _FIELDS = frozenset(
     {
         "model",
@@ -243,6 +243,11 @@ async def create_response(request: Request) -> Response:
     if specs or results:
         # Client function tools ride with the input (roder_runtime's client tools).
         extras = {"client_tools": specs, "tool_results": results}
+    instructions = body.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise bad_request("'instructions' must be a string", "instructions")
+        extras["instructions"] = instructions
     with anyio.CancelScope(shield=True):  # a client that leaves does not cancel the run
         await _remember(store, thread_id, turn_id, params)
         await tenant.dispatcher.submit(
