@@ -2,14 +2,19 @@
 and the fold of a journal's open turns (what ``ThreadMetadata.open_turns`` holds).
 
 Apart from the contract module to keep it small; a store overrides the methods, not these.
+:class:`AppendWakeups` is the in-process half of ``wait_for_events``: an append that
+commits in this process wakes the waiters of its thread at once (in the appender's event
+loop); the poll stays, for appends by other processes.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.lowlevel
 
 from roder_api.errors import ThreadNotFoundError
 from roder_api.events import (
@@ -74,19 +79,85 @@ def open_turns(entries: Iterable[JournalEvent]) -> set[str]:
     return set(open_turns_after((), entries))
 
 
+class _Waiter:
+    """One task waiting on a thread: its event, its event loop, the sequence it was woken
+    with (0 until then)."""
+
+    __slots__ = ("event", "last", "token")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.token = anyio.lowlevel.current_token()
+        self.last = 0
+
+
+class AppendWakeups:
+    """The waiters of one store object, by thread id; :meth:`wake` sets those of a thread.
+
+    An event belongs to its event loop: :meth:`wake` sets only the waiters of the loop it
+    is called from (where the append ran); a waiter of another loop or thread is not
+    touched and finds the append by its poll, as a waiter in another process does.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiters: dict[str, list[_Waiter]] = {}
+
+    def add(self, thread_id: str) -> _Waiter:
+        """Return a new waiter of ``thread_id`` (in the current event loop)."""
+        waiter = _Waiter()
+        with self._lock:
+            self._waiters.setdefault(thread_id, []).append(waiter)
+        return waiter
+
+    def discard(self, thread_id: str, waiter: _Waiter) -> None:
+        """Forget ``waiter``."""
+        with self._lock:
+            waiters = self._waiters.get(thread_id)
+            if waiters is not None and waiter in waiters:
+                waiters.remove(waiter)
+                if not waiters:
+                    del self._waiters[thread_id]
+
+    def wake(self, thread_id: str, last_sequence: int) -> None:
+        """Wake this loop's waiters of ``thread_id``: its journal now ends at ``last_sequence``."""
+        if thread_id not in self._waiters:  # the common case, read without the lock
+            return
+        with self._lock:
+            waiters = list(self._waiters.get(thread_id, ()))
+        token = anyio.lowlevel.current_token()
+        for waiter in waiters:
+            if waiter.token == token:
+                waiter.last = max(waiter.last, last_sequence)
+                waiter.event.set()
+
+
 async def poll_for_events(
     store: ThreadStore, thread_id: str, after_sequence: int, timeout_s: float
 ) -> int:
-    """Poll the metadata's ``last_sequence`` (pauses growing from ``store.wait_poll_s[0]``
-    to ``[1]``) until it is above ``after_sequence`` or ``timeout_s`` passed; return it."""
+    """Wait until the thread's ``last_sequence`` is above ``after_sequence`` or ``timeout_s``
+    passed; return it.
+
+    Woken at once by an append committed through ``store`` in this event loop
+    (:meth:`ThreadStore.notify_appended`); otherwise the metadata is polled, with pauses
+    growing from ``store.wait_poll_s[0]`` to ``[1]``, for appends by other processes.
+    """
     deadline = anyio.current_time() + max(0.0, timeout_s)
     pause, longest = store.wait_poll_s
+    wakeups = store.append_wakeups
     while True:
-        last = (await store.get_thread(thread_id)).last_sequence
-        left = deadline - anyio.current_time()
-        if last > after_sequence or left <= 0:
-            return last
-        await anyio.sleep(min(pause, left))
+        waiter = wakeups.add(thread_id)  # before the read: an append after it wakes us
+        try:
+            last = (await store.get_thread(thread_id)).last_sequence
+            left = deadline - anyio.current_time()
+            if last > after_sequence or left <= 0:
+                return last
+            with anyio.move_on_after(min(pause, left)):
+                await waiter.event.wait()
+            if waiter.last > after_sequence:
+                return waiter.last
+        finally:
+            wakeups.discard(thread_id, waiter)
         pause = min(pause * 2, longest)
 
 

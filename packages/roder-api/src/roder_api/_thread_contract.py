@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from roder_api._record import Record, from_dict, register
-from roder_api._store_waits import find_pending_input, poll_for_events
+from roder_api._store_waits import AppendWakeups, find_pending_input, poll_for_events
 from roder_api.errors import (
     InvalidThreadIdError,
     ThreadBusyError,
@@ -380,15 +380,37 @@ class ThreadStore(ABC):
     wait_poll_s: ClassVar[tuple[float, float]] = (0.02, 0.25)
     """The first and the longest pause of the default :meth:`wait_for_events` poll."""
 
+    _append_wakeups: AppendWakeups | None = None
+
+    @property
+    def append_wakeups(self) -> AppendWakeups:
+        """Return the in-process waiters of :meth:`wait_for_events` (created on first use)."""
+        if self._append_wakeups is None:
+            self._append_wakeups = AppendWakeups()
+        return self._append_wakeups
+
+    def notify_appended(self, thread_id: str, last_sequence: int) -> None:
+        """Wake this process's :meth:`wait_for_events` waiters of ``thread_id`` at once.
+
+        Call it (on the event loop) once an append is durable; ``last_sequence`` is the
+        thread's new last sequence. The store kit's :class:`BlockingThreadStore` and the
+        ``MemoryThreadStore`` call it; a store of its own calls it after its append (or its
+        waiters find the append by the poll, within ``wait_poll_s[1]``).
+        """
+        if self._append_wakeups is not None:
+            self._append_wakeups.wake(thread_id, last_sequence)
+
     async def wait_for_events(self, thread_id: str, after_sequence: int, timeout_s: float) -> int:
         """Return the thread's last sequence once it is above ``after_sequence``, or after
         ``timeout_s`` seconds (then it may be ``after_sequence`` or less).
 
         What a server's streams and a lease holder's session wait on. Raise
         ``ThreadNotFoundError`` when the thread does not exist (or is deleted meanwhile).
-        The default polls the metadata's ``last_sequence`` with a pause that grows from
-        :attr:`wait_poll_s` ``[0]`` to ``[1]`` (cheap when idle); a store that can be
-        woken (PostgreSQL ``LISTEN/NOTIFY``) overrides it.
+        The default is woken at once by an append through this store object in this event
+        loop (:meth:`notify_appended`), and polls the metadata's ``last_sequence`` for
+        appends by other processes, with a pause that grows from :attr:`wait_poll_s`
+        ``[0]`` to ``[1]`` (cheap when idle); a store that can be woken from other
+        processes (PostgreSQL ``LISTEN/NOTIFY``) overrides it.
         """
         return await poll_for_events(self, thread_id, after_sequence, timeout_s)
 

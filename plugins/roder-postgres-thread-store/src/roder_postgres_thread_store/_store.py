@@ -228,18 +228,24 @@ class PostgresThreadStore(RelationalThreadStore):
             notifier = self._notifier = EventNotifier(self._connect_lease, self._channel)
             notifier.start()
         deadline = anyio.current_time() + max(0.0, timeout_s)
+        wakeups = self.append_wakeups
         while True:
-            woken = anyio.Event()
-            notifier.add(thread_id, woken)  # before the read: a commit after it wakes us
+            # Woken by an append of this process at once, or by a notification (any process);
+            # registered before the read: a commit after it wakes us.
+            waiter = wakeups.add(thread_id)
+            notifier.add(thread_id, waiter.event)
             try:
                 last = (await self.get_thread(thread_id)).last_sequence
                 left = deadline - anyio.current_time()
                 if last > after_sequence or left <= 0:
                     return last
                 with anyio.move_on_after(min(left, RECHECK_S)):
-                    await woken.wait()
+                    await waiter.event.wait()
+                if waiter.last > after_sequence:
+                    return waiter.last
             finally:
-                notifier.discard(thread_id, woken)
+                notifier.discard(thread_id, waiter.event)
+                wakeups.discard(thread_id, waiter)
 
     def close_sync(self) -> None:
         """Stop listening and close the connection pool (waiting for the calls in progress)."""

@@ -24,7 +24,7 @@ from roder_api.threads import ThreadStore
 from roder_server._auth import DEFAULT_TENANT, BodyTooLarge, GuardMiddleware, parse_tokens
 from roder_server._dispatch import RunDispatcher
 from roder_server._openapi import openapi_document
-from roder_server._problems import Problem, from_error, problem_response
+from roder_server._problems import Problem, error_response, from_error
 from roder_server._protocol import ServerRuntime
 from roder_server._routes import ROUTES, json_response
 from roder_server._runs import Dispatcher
@@ -193,21 +193,23 @@ def create_app(
 
 async def _on_problem(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, Problem)
-    return problem_response(exc)
+    return error_response(request.url.path, exc)
 
 
 async def _on_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     headers = dict(exc.headers or {})
-    return problem_response(Problem(exc.status_code, str(exc.detail), headers=headers))
+    problem = Problem(exc.status_code, str(exc.detail), headers=headers)
+    return error_response(request.url.path, problem)
 
 
 async def _on_error(request: Request, exc: Exception) -> Response:
-    return problem_response(from_error(exc))
+    return error_response(request.url.path, from_error(exc))
 
 
 async def _on_too_large(request: Request, exc: Exception) -> Response:
     limit = exc.args[0] if exc.args else "?"
-    return problem_response(
-        Problem(413, f"the request body is over {limit} bytes", error="InputTooLargeError")
+    return error_response(
+        request.url.path,
+        Problem(413, f"the request body is over {limit} bytes", error="InputTooLargeError"),
     )

@@ -205,8 +205,12 @@ class Dispatcher:
         tools: Sequence[str] | None = None,
         client_tools: Sequence[ToolSpec] = (),
         tool_results: Sequence[ToolResultRecord] = (),
+        instructions: str | None = None,
     ) -> tuple[str, str]:
         """Accept a run; return ``(turn_id, status)`` once its input is journaled.
+
+        ``instructions`` replace the configured ones for this turn; like client tools they
+        live in the session that runs it (503 while another process holds the thread).
 
         Raise :class:`Problem` 409 for ``reject`` while a turn runs, 413 over
         ``max_input_bytes``, 429 when the thread's queue is full.
@@ -225,16 +229,17 @@ class Dispatcher:
             held = await self._hold(thread_id, engine, model, chosen)
             session = held.session
             if session is None:
-                if client_tools or tool_results:
+                if client_tools or tool_results or instructions is not None:
                     if self.remote is not None:
                         raise Problem(
                             501,
-                            "client tools need the in-process dispatch (roder serve "
-                            "--dispatch inprocess)",
+                            "client tools and instructions need the in-process dispatch "
+                            "(roder serve --dispatch inprocess)",
                         )
                     raise Problem(
                         503,
-                        "another server process holds this thread; client tools need it here",
+                        "another server process holds this thread; client tools and "
+                        "instructions need it here",
                         headers={"Retry-After": "1"},
                     )
                 accepted = await self._journal_input(thread_id, text, turn_id, multitask)
@@ -243,7 +248,7 @@ class Dispatcher:
             held.in_flight += 1
             try:
                 return await self._submit_here(
-                    session, text, turn_id, multitask, client_tools, tool_results
+                    session, text, turn_id, multitask, client_tools, tool_results, instructions
                 )
             except StoppedError:
                 continue  # it closed meanwhile: open another
@@ -263,6 +268,7 @@ class Dispatcher:
         multitask: str,
         client_tools: Sequence[ToolSpec] = (),
         tool_results: Sequence[ToolResultRecord] = (),
+        instructions: str | None = None,
     ) -> tuple[str, str]:
         running = session.running_turn_id
         if running is not None:
@@ -279,7 +285,11 @@ class Dispatcher:
                 session.interrupt(running)
         busy = running is not None or not session.idle
         accepted = await session.submit_input(
-            text, turn_id=turn_id, client_tools=client_tools, tool_results=tool_results
+            text,
+            turn_id=turn_id,
+            client_tools=client_tools,
+            tool_results=tool_results,
+            instructions=instructions,
         )
         return accepted, "queued" if busy else "running"
 

@@ -201,6 +201,7 @@ class MemoryThreadStore(ThreadStore):
             now = _now_ms()
             entries = [JournalEvent(last + 1 + i, now, e) for i, e in enumerate(events)]
             self._commit(thread, entries, payloads)
+        self.notify_appended(thread_id, entries[-1].sequence)
         return entries
 
     async def import_events(self, thread_id: str, entries: Sequence[JournalEvent]) -> None:
@@ -219,6 +220,7 @@ class MemoryThreadStore(ThreadStore):
                     thread_id, thread.last_sequence + 1, entries[0].sequence
                 )
             self._commit(thread, entries, payloads)
+        self.notify_appended(thread_id, entries[-1].sequence)
 
     async def read_events(
         self, thread_id: str, *, after: int = 0, limit: int | None = None
