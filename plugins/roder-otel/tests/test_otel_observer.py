@@ -138,7 +138,10 @@ async def test_a_turn_is_exported_as_genai_spans_and_metrics(tmp_path: Path) -> 
     assert sum(p.count for p in durations) == 3  # one per model call attempt
 
 
-async def test_the_live_trace_equals_the_rebuilt_one(tmp_path: Path) -> None:
+async def test_the_observer_emits_the_spans_rebuild_traces_folds(tmp_path: Path) -> None:
+    # The observer is built on rebuild_traces: this checks how it hands the spans to the SDK
+    # (ids, parents, times, attributes, status). The journal and the live export are
+    # compared across processes in test_otel_cli.py.
     observer, exporter, _ = _in_memory()
     thread_id, events = await _run(
         tmp_path / "threads", ExtensionRegistryBuilder().observer(observer)
