@@ -70,7 +70,9 @@ async def session_turn(
     """Stream ``count`` deltas through a session; return the time and what was delivered.
 
     ``observer`` is a case of ``_observer_cases`` (``none``: no observer). ``close_seconds``
-    is the time closing the runtime took after the turn (observers flush there).
+    is the time closing the runtime took after the turn (observers flush there);
+    ``cpu_seconds`` and ``close_cpu_seconds`` the CPU time of the whole process (every
+    thread: the store's, the observer's) over the turn and over the close.
     """
     # Delay(0) hands control back to the event loop after every delta, as a provider reading
     # a network stream does, so the recorder's writer runs while the model streams.
@@ -88,7 +90,7 @@ async def session_turn(
         async with await runtime.start_session(thread_id) as session:
             delivered = 0
             text_length = 0
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             await session.submit(UserInput("go"))
             while True:
                 event = (await session.next_event()).event
@@ -98,9 +100,11 @@ async def session_turn(
                 elif isinstance(event, (TurnComplete, TurnAborted)):
                     break
             elapsed = time.perf_counter() - start
+            cpu = time.process_time() - cpu_start
             appends = session.recorder.batches
-        closing = time.perf_counter()
+        closing, cpu_closing = time.perf_counter(), time.process_time()
     close_seconds = time.perf_counter() - closing
+    close_cpu = time.process_time() - cpu_closing
     if text_length != count * len(TOKEN):
         raise SystemExit(f"lost text: {text_length} of {count * len(TOKEN)} characters")
     spans = exported()
@@ -111,6 +115,8 @@ async def session_turn(
         "delivered": delivered,
         "appends": appends,
         "close_seconds": close_seconds,
+        "cpu_seconds": cpu,
+        "close_cpu_seconds": close_cpu,
     }
 
 
@@ -263,6 +269,10 @@ def observers_main(args: argparse.Namespace) -> int:
             "case": _observer_cases.LABELS[case],
             "median_seconds": statistics.median(r["seconds"] for r in case_runs),
             "median_close_seconds": statistics.median(r["close_seconds"] for r in case_runs),
+            "median_cpu_seconds": statistics.median(r["cpu_seconds"] for r in case_runs),
+            "median_close_cpu_seconds": statistics.median(
+                r["close_cpu_seconds"] for r in case_runs
+            ),
             "vs_first": statistics.median(r["seconds"] for r in case_runs) / base,
             "runs_seconds": [r["seconds"] for r in case_runs],
         }
@@ -276,13 +286,17 @@ def observers_main(args: argparse.Namespace) -> int:
         f"observers: one turn of {count} deltas, jsonl {args.durability}, median of {repeats} "
         "alternating runs"
     )
-    header = f"{'case':<38} {'turn s':>8} {'vs first':>9} {'close s':>8}"
+    header = (
+        f"{'case':<38} {'turn s':>8} {'vs first':>9} {'CPU s':>7} {'close s':>8} "
+        f"{'close CPU s':>11}"
+    )
     print(header)
     print("-" * len(header))
     for row in rows:
         print(
             f"{row['case']:<38} {row['median_seconds']:>8.3f} {row['vs_first']:>8.2f}x "
-            f"{row['median_close_seconds']:>8.3f}"
+            f"{row['median_cpu_seconds']:>7.3f} {row['median_close_seconds']:>8.3f} "
+            f"{row['median_close_cpu_seconds']:>11.3f}"
         )
     return 0
 
