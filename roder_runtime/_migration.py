@@ -307,11 +307,6 @@ async def _all_threads(side: _Side) -> list[ThreadMetadata]:
         cursor = page.next_cursor
 
 
-async def list_all_threads(store: ThreadStore) -> list[ThreadMetadata]:
-    """Return the metadata of every thread of ``store``, newest first (bounded calls)."""
-    return await _all_threads(_Side(store, "the store", DEFAULT_STORE_TIMEOUT_S))
-
-
 async def migrate(
     source_factory: ThreadStoreFactory,
     target_factory: ThreadStoreFactory,

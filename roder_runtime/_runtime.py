@@ -168,7 +168,8 @@ class Runtime:
     async def _bounded(self, what: str, call: Callable[[ThreadStore], Awaitable[T]]) -> T:
         """Return ``await call(store)`` within the deadline of :meth:`journal`."""
         store = await self.store()
-        timeout_s = self.config.turn_timeout_s or DEFAULT_STORE_TIMEOUT_S
+        limit = self.config.turn_timeout_s
+        timeout_s = limit if limit is not None else DEFAULT_STORE_TIMEOUT_S
         return await bounded_call(
             what, lambda: call(store), store_name=self._store_name(), timeout_s=timeout_s
         )

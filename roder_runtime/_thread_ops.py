@@ -40,11 +40,12 @@ LISTING_PAGE = 500
 async def store_call(runtime: Runtime, what: str, call: Callable[[], Awaitable[T]]) -> T:
     """Return ``await call()`` within the runtime's store deadline (``turn_timeout_s``), for
     a store call that concerns no one thread (one that does goes through its journal)."""
+    limit = runtime.config.turn_timeout_s
     return await bounded_call(
         what,
         call,
         store_name=store_label(runtime.thread_store_factory()),
-        timeout_s=runtime.config.turn_timeout_s or DEFAULT_STORE_TIMEOUT_S,
+        timeout_s=limit if limit is not None else DEFAULT_STORE_TIMEOUT_S,
     )
 
 
