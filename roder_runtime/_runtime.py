@@ -185,7 +185,9 @@ class Runtime:
     ) -> ThreadMetadata:
         """Create a thread (a fresh id when ``thread_id`` is None); return its metadata.
 
-        Every store call of the runtime's thread methods is bounded like :meth:`journal`'s.
+        Needs no lease: the store creates an id once (``ThreadExistsError`` when it is
+        taken). Every store call of the thread methods is bounded like :meth:`journal`'s;
+        fork, export, prune and migrate are in :mod:`roder_runtime.threads`.
         """
         thread_id = validate_thread_id(thread_id) if thread_id is not None else uuid.uuid4().hex
         now = int(time.time() * 1000)
