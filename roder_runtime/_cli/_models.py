@@ -67,7 +67,9 @@ async def models_command(args: argparse.Namespace) -> int:
         if args.engine:
             engines = [runtime.engine(args.engine)]
         else:
-            engines = [runtime.registry.engines[i] for i in sorted(runtime.registry.engines)]
+            # .get: a declared engine whose plugin turns out misconfigured is not there.
+            found = (runtime.registry.engines.get(i) for i in sorted(runtime.registry.engines))
+            engines = [engine for engine in found if engine is not None]
         report = []
         for engine in engines:
             models, error = await _list(runtime, engine)

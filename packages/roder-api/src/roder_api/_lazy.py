@@ -120,10 +120,11 @@ class LazyTable(Mapping[str, T]):
     what the plugins really registered, so ``id in table`` imports the one plugin that
     declares ``id`` (a plugin may decline an id it declared: misconfigured, or failing to
     import) — except with ``declared_is_in`` (commands: a command is always registered, so
-    ``roder --help`` lists it from the declaration alone, and iterating imports nothing);
-    otherwise iterating and ``len`` import every plugin of the kind. For a kind whose names
-    are only known when the plugins run (tools), every access but a hit on a declared name
-    imports the kind's plugins first.
+    ``roder --help`` lists it from the declaration alone). Iterating and ``len`` import
+    nothing: they count what is registered and what is declared, so a caller that indexes
+    what it iterates uses ``.get(id)`` (a declared id may turn out missing). For a kind whose
+    names are only known when the plugins run (tools), every access but a hit on a declared
+    name imports the kind's plugins first.
     """
 
     def __init__(
@@ -158,8 +159,6 @@ class LazyTable(Mapping[str, T]):
         return self._whole_kind and key in self._settled()
 
     def __iter__(self) -> Iterator[str]:
-        if not self._declared_is_in:
-            self._loader._load_kind(self._kind)
         table = self._settled()
         return iter([*table, *(i for i in self._loader._pending_ids(self._kind) if i not in table)])
 
@@ -207,31 +206,3 @@ class LazyList(Sequence[T]):
     def __repr__(self) -> str:
         return f"LazyList({self._items!r}, pending={self._pending()})"
 
-
-class SettledMapping(Mapping[str, T]):
-    """A registry mapping filled as plugins are imported (what was found misconfigured):
-    every read imports the plugins not imported yet first, so that it is complete.
-
-    Only error paths and ``roder config check`` read it; a lookup by id already imported the
-    one plugin that declares the id.
-    """
-
-    def __init__(self, items: Mapping[str, T], load_all: Callable[[], None]) -> None:
-        self._items = items
-        self._load_all = load_all
-
-    def __getitem__(self, key: str) -> T:
-        if key not in self._items:
-            self._load_all()
-        return self._items[key]
-
-    def __iter__(self) -> Iterator[str]:
-        self._load_all()
-        return iter(list(self._items))
-
-    def __len__(self) -> int:
-        self._load_all()
-        return len(self._items)
-
-    def __repr__(self) -> str:
-        return f"SettledMapping({dict(self)!r})"

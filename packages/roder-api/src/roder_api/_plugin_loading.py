@@ -94,13 +94,14 @@ def distribution_of(ep: importlib.metadata.EntryPoint) -> tuple[str | None, str 
     return metadata["Version"], metadata["Name"], metadata["Summary"]
 
 
+# distribution_of is the registry's own helper (roder_api.extension imports it), not a
+# name of the public surface roder_api.extension re-exports.
 __all__ = [
     "DEFAULT_IMPORT_TIMEOUT_S",
     "ENTRY_POINT_GROUP",
     "IMPORT_TIMEOUT_ENV",
     "NOT_INSTALLED",
     "PLUGINS_ENV",
-    "distribution_of",
     "import_timeout_s",
     "load_with_deadline",
     "plugin_names_from_env",
