@@ -44,9 +44,19 @@ def test_readme_has_exactly_two_setup_commands() -> None:
 
 def test_each_plugin_readme_gives_the_one_command_that_installs_it_next_to_roder() -> None:
     jsonl = "./plugins/roder-jsonl-thread-store"
+    bundled = {p.parent.name for p in (REPO / "plugins").glob("*/pyproject.toml")}
     for project in sorted((REPO / "plugins").glob("*/pyproject.toml")):
         plugin = project.parent
-        extra = "" if plugin.name == "roder-jsonl-thread-store" else f" ./plugins/{plugin.name}"
+        # A plugin built on another bundled plugin (roder-temporal on roder-server) installs
+        # that one from the clone too: no package index has it either.
+        needs = [
+            name
+            for name in sorted(bundled - {plugin.name, "roder-jsonl-thread-store"})
+            if re.search(rf'"{name}[\s<>=!~\[";]', project.read_text())
+        ]
+        extra = "".join(f" ./plugins/{name}" for name in [*needs, plugin.name])
+        if plugin.name == "roder-jsonl-thread-store":
+            extra = ""
         readme = (plugin / "README.md").read_text()
         command = f"pip install ./packages/roder-api . {jsonl}{extra}"
         assert command + "\n" in readme, f"{plugin.name}/README.md must give `{command}`"

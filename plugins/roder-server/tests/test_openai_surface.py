@@ -4,7 +4,7 @@ which answer before any route: checked by the raw body, the SDK raises by status
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -17,8 +17,22 @@ pytestmark = pytest.mark.slow
 MODEL = "scripted/scripted-1"
 
 
+_CLIENTS: list[openai.OpenAI] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    """Close every SDK client a test made: one left to the collector warns about its socket
+    (filterwarnings = error) in whatever test runs then."""
+    yield
+    while _CLIENTS:
+        _CLIENTS.pop().close()
+
+
 def sdk(server: Server, token: str = "unused") -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=token, max_retries=0, timeout=60)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key=token, max_retries=0, timeout=60)
+    _CLIENTS.append(client)
+    return client
 
 
 def texts(items: Any) -> list[tuple[str, str]]:
