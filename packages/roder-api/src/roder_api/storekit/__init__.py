@@ -10,6 +10,8 @@ them again:
 - :class:`RelationalThreadStore`: a whole SQL store on that facade, specialised by dialect
   (the SQLite and PostgreSQL stores), writing through :class:`WriteBatch` transactions;
 - :class:`GroupCommit`: concurrent commits share one blocking write-and-sync;
+- :class:`EncodedEvents`: a batch that carries its events' codec bytes, so they are encoded
+  once on their way to disk (:func:`payloads_of` takes them, or encodes);
 - :class:`FileLeases`: thread leases as OS file locks (released when the holder dies);
 - :class:`RepairableThreadStore`: what a store implements for ``roder fsck``;
 - the fold of a journal into metadata (:func:`fold_metadata`) and into turns
@@ -42,6 +44,7 @@ from roder_api.storekit._cursors import (
     listing_key,
     thread_page,
 )
+from roder_api.storekit._encoded import EncodedEvents, payloads_of
 from roder_api.storekit._file_leases import FileLeases
 from roder_api.storekit._fold import (
     fold_metadata,
@@ -61,6 +64,7 @@ from roder_api.storekit._write_batch import EventRow, SqlConnection, ThreadRow, 
 __all__ = [
     "BlockingThreadStore",
     "CheckReport",
+    "EncodedEvents",
     "EventRow",
     "FileLeases",
     "GroupCommit",
@@ -86,6 +90,7 @@ __all__ = [
     "last_boundary_sequence",
     "listing_key",
     "metadata_changes",
+    "payloads_of",
     "replay_after",
     "replay_start",
     "run_in_worker",
