@@ -17,10 +17,8 @@ from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
-import anyio.to_thread
-
 from roder_api.errors import StoreError
-from roder_api.storekit import FileLeases, RelationalThreadStore
+from roder_api.storekit import FileLeases, RelationalThreadStore, run_in_worker
 from roder_api.threads import ThreadLease, ThreadStoreFactory, validate_thread_id
 
 SCHEMA_VERSION = 1
@@ -320,7 +318,8 @@ class SqliteThreadStoreFactory(ThreadStoreFactory):
             read_only=self.read_only,
         )
         try:
-            await anyio.to_thread.run_sync(self._prepare, store, limiter=store.limiter)
+            async with store.limiter:
+                await run_in_worker(self._prepare, store)
         except (OSError, sqlite3.Error) as exc:
             store.close_sync()
             raise StoreError(f"cannot use {self.path} for the SQLite thread store: {exc}") from exc

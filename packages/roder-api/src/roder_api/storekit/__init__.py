@@ -6,7 +6,8 @@ them again:
 
 - :class:`BlockingThreadStore`: the async facade over a blocking driver, with its own
   worker-thread limiter; its blocking calls run on one pool of worker threads shared by
-  the whole process (:func:`run_in_worker`, cheaper per call than ``anyio.to_thread``);
+  the whole process (:func:`run_in_worker`, cheaper per call than ``anyio.to_thread``;
+  :func:`start_in_worker` from blocking code), the one thread mechanism under the store path;
 - :class:`RelationalThreadStore`: a whole SQL store on that facade, specialised by dialect
   (the SQLite and PostgreSQL stores), writing through :class:`WriteBatch` transactions;
 - :class:`GroupCommit`: concurrent commits share one blocking write-and-sync;
@@ -58,7 +59,7 @@ from roder_api.storekit._group_commit import GroupCommit
 from roder_api.storekit._relational import RelationalThreadStore
 from roder_api.storekit._repairable import CheckReport, RepairableThreadStore, RepairReport
 from roder_api.storekit._settings import StoreSettings
-from roder_api.storekit._workers import run_in_worker
+from roder_api.storekit._workers import WorkerCall, run_in_worker, start_in_worker
 from roder_api.storekit._write_batch import EventRow, SqlConnection, ThreadRow, WriteBatch
 
 __all__ = [
@@ -76,6 +77,7 @@ __all__ = [
     "ThreadRow",
     "TurnFold",
     "UNSET",
+    "WorkerCall",
     "WriteBatch",
     "check_complete",
     "check_consecutive",
@@ -94,6 +96,7 @@ __all__ = [
     "replay_after",
     "replay_start",
     "run_in_worker",
+    "start_in_worker",
     "thread_page",
     "turns_from_events",
     "validate_expected",

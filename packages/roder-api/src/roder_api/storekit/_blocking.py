@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import anyio
-import anyio.to_thread
 
 from roder_api._thread_contract import (
     UNSET,
@@ -324,7 +323,8 @@ class BlockingThreadStore(ThreadStore):
             return
         self.closed = True
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self.close_sync, limiter=self.limiter)
+            async with self.limiter:
+                await run_in_worker(self.close_sync)
 
 
 __all__ = ["BlockingThreadStore"]
