@@ -85,6 +85,8 @@ def test_encoded_events_carry_their_bytes_and_plain_lists_are_encoded() -> None:
     batch = EncodedEvents(events, payloads)
     assert batch == events and payloads_of(batch) is batch.payloads
     assert payloads_of(events) == payloads
+    batch.append(WarningEvent("three"))  # changed after its bytes were made: encoded anew
+    assert payloads_of(batch) == [*payloads, codec.dumps(WarningEvent("three"))]
     with pytest.raises(ValueError, match="1 payloads for 2 events"):
         EncodedEvents(events, payloads[:1])
     with pytest.raises(UnserializableEventError, match="cannot serialise"):

@@ -38,9 +38,9 @@ def payloads_of(events: Sequence[Event]) -> list[bytes]:
     Raise ``UnserializableEventError`` naming the path when an event must be encoded here
     and the value rule refuses it.
     """
-    if type(events) is EncodedEvents:
+    if type(events) is EncodedEvents and len(events.payloads) == len(events):
         return events.payloads
-    return dumps_each(events)
+    return dumps_each(events)  # a plain list (or one changed after its bytes were made)
 
 
 __all__ = ["EncodedEvents", "payloads_of"]

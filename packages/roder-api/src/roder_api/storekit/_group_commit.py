@@ -142,9 +142,18 @@ class GroupCommit(Generic[ItemT, ResultT]):
                 return
             self._in_flight = batch
             self._idle.clear()
-        submit_to_pool(
-            functools.partial(self._run, batch), call_soon, functools.partial(self._written, batch)
-        )
+        try:
+            submit_to_pool(
+                functools.partial(self._run, batch),
+                call_soon,
+                functools.partial(self._written, batch),
+            )
+        except BaseException as exc:  # no worker could be started: fail this batch only
+            self._idle.set()
+            self._in_flight = None
+            self._busy = False
+            batch.outcomes = [exc] * len(batch.items)
+            batch.done.set()
 
     def _written(self, batch: _Batch[ItemT, ResultT]) -> None:
         """Wake the callers of a written batch; hand over the next (on the event loop)."""
