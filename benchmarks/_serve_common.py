@@ -48,6 +48,8 @@ class ServeProcess:
         dsn: str = "",
         schema: str = "",
         port: int = 0,
+        extra_config: str = "",
+        dispatch: str = "inprocess",
     ) -> None:
         home.mkdir(parents=True, exist_ok=True)
         self.home = home
@@ -61,9 +63,10 @@ class ServeProcess:
             store = f'[thread_store]\nbackend = "postgres"\ndsn = "{dsn}"\nschema = "{schema}"\n'
         self.config = home / "config.toml"
         self.config.write_text(
-            f"[server]\nmax_streams = {max_streams}\n"
+            f'[server]\nmax_streams = {max_streams}\ndispatch = "{dispatch}"\n'
             + store
             + f"[engines.scripted]\ndelta_delay_ms = {delta_delay_ms}\n"
+            + extra_config
         )
         self.workers = workers
         self.port = port

@@ -54,7 +54,10 @@ def _command() -> str | None:
 
 
 def measure(
-    runs: int, samples: int, *, runs_per_second_of: Callable[[Callable[[], None], int], float]
+    runs: int,
+    samples: int,
+    *,
+    runs_per_second_of: Callable[[Callable[[str], None], list[str]], float],
 ) -> dict[str, Any]:
     """Return runs/s and the median time to first event of ``langgraph dev``, or a note."""
     command = _command()
@@ -112,26 +115,31 @@ def _measure(
     url: str,
     runs: int,
     samples: int,
-    runs_per_second_of: Callable[[Callable[[], None], int], float],
+    runs_per_second_of: Callable[[Callable[[str], None], list[str]], float],
 ) -> dict[str, Any]:
-    body = {"assistant_id": "echo", "input": {"text": "hello there"}}
+    # The same workloads as roder serve's: threads made before the clock starts; a run is
+    # timed from its POST until its stream says it ended (``/runs/stream``, read to the end).
+    body = {"assistant_id": "echo", "input": {"text": "hello there"}, "stream_mode": "values"}
 
-    def one_run() -> None:
-        with httpx.Client(base_url=url, timeout=60) as c:
-            tid = c.post("/threads", json={}).json()["thread_id"]
-            response = c.post(f"/threads/{tid}/runs/wait", json=body)
-            assert response.status_code == 200, response.text
+    def one_run(tid: str) -> None:
+        with (
+            httpx.Client(base_url=url, timeout=60) as c,
+            c.stream("POST", f"/threads/{tid}/runs/stream", json=body) as stream,
+        ):
+            assert stream.status_code == 200, stream.read()
+            for _ in stream.iter_lines():
+                pass
 
-    rate = runs_per_second_of(one_run, runs)
+    with httpx.Client(base_url=url, timeout=60) as c:
+        threads = [c.post("/threads", json={}).json()["thread_id"] for _ in range(runs)]
+    rate = runs_per_second_of(one_run, threads)
     firsts: list[float] = []
     for _ in range(samples):
         with httpx.Client(base_url=url, timeout=60) as c:
             tid = c.post("/threads", json={}).json()["thread_id"]
             start = time.perf_counter()
             got = threading.Event()
-            with c.stream(
-                "POST", f"/threads/{tid}/runs/stream", json={**body, "stream_mode": "values"}
-            ) as stream:
+            with c.stream("POST", f"/threads/{tid}/runs/stream", json=body) as stream:
                 for line in stream.iter_lines():
                     if line.startswith("event:") and not got.is_set():
                         firsts.append((time.perf_counter() - start) * 1000)

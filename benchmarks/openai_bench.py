@@ -152,6 +152,10 @@ def summary(name: str, times: list[float]) -> dict[str, Any]:
     }
 
 
+def _met(ok: bool) -> str:
+    return "yes" if ok else "no"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
@@ -185,11 +189,12 @@ def main() -> None:
             katan.wait(10)
     base = rows[0]["p50_ms"]
     print(f"{'workload (SDK time to first delta)':<40} {'n':>5} {'p50 ms':>8} {'p90 ms':>8} "
-          f"{'added p50':>10}")  # fmt: skip
-    for row in rows:
+          f"{'added p50':>10} {'target':>8} {'met':>4}")  # fmt: skip
+    for index, row in enumerate(rows):
         row["added_p50_ms"] = row["p50_ms"] - base
+        target, met = ("-", "-") if index == 0 else ("<= 5", _met(row["added_p50_ms"] <= 5))
         print(f"{row['workload']:<40} {row['n']:>5} {row['p50_ms']:>8.2f} {row['p90_ms']:>8.2f} "
-              f"{row['added_p50_ms']:>10.2f}")  # fmt: skip
+              f"{row['added_p50_ms']:>10.2f} {target:>8} {met:>4}")  # fmt: skip
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"rows": rows, "quick": args.quick}, out, indent=2)

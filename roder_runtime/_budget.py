@@ -32,6 +32,7 @@ class Turn(Protocol):
 
     sink: TurnSink
     config: RuntimeConfig
+    instructions: str | None
     model: str
     engine: InferenceEngine
     abort_reason: AbortReason | None
@@ -69,7 +70,7 @@ class BudgetGuard:
         await turn.sink.persisted()  # the usage billed so far is in the journal
         await self._catch_up()
         model = turn.model
-        prompt = estimate_transcript_tokens(history, turn.config.instructions)
+        prompt = estimate_transcript_tokens(history, turn.instructions)
         next_call = price(TokenUsage(prompt_tokens=prompt), model, turn.engine.id) or ZERO
         limits = (
             ("max_usd_per_turn", self.budget.max_usd_per_turn, self.turn_usd),

@@ -30,6 +30,7 @@ class TurnInput:
 
     client_tools: tuple[ToolSpec, ...] = ()
     tool_results: tuple[ToolResultRecord, ...] = ()
+    instructions: str | None = None
 
 
 def open_calls(items: Iterable[TranscriptItem]) -> dict[str, ToolCallRecord]:
@@ -105,9 +106,10 @@ class ClientTurns:
         tool_results: Sequence[ToolResultRecord],
         journal: ThreadJournal,
         registered: Iterable[str],
+        instructions: str | None = None,
     ) -> AsyncIterator[None]:
         """Check and keep a turn's input while it is submitted; drop it when that fails."""
-        if not client_tools and not tool_results:
+        if not client_tools and not tool_results and instructions is None:
             yield
             return
         check_client_tools(client_tools, registered)
@@ -115,7 +117,7 @@ class ClientTurns:
         if tool_results:
             calls = open_calls(await journal.replay_history())
             results = paired_results(tool_results, calls, self.taken(), journal.thread_id)
-        self.waiting[turn_id] = TurnInput(tuple(client_tools), results)
+        self.waiting[turn_id] = TurnInput(tuple(client_tools), results, instructions)
         try:
             yield
         except BaseException:

@@ -119,7 +119,7 @@ class RuntimeConfig:
         return None
 
 
-PLUGIN_TABLES: tuple[str, ...] = ("mcp_servers", "server", "otel")
+PLUGIN_TABLES: tuple[str, ...] = ("mcp_servers", "server", "otel", "temporal")
 """The top-level tables that belong to plugins, not to the runtime.
 
 Each is kept raw (``RuntimeConfig.plugin_tables``), with the file and line of every key

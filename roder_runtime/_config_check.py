@@ -14,7 +14,7 @@ import threading
 import anyio
 
 from roder_api.errors import ConfigError
-from roder_api.extension import ExtensionRegistry
+from roder_api.extension import ExtensionRegistry, ExtensionRegistryBuilder
 from roder_runtime._config import PLUGIN_TABLES, RuntimeConfig
 
 _CLOSE_TIMEOUT_S = 30.0
@@ -25,10 +25,34 @@ def loaded_problems(config: RuntimeConfig, registry: ExtensionRegistry) -> list[
     """Return every mistake of ``config`` that ``registry`` (its plugins loaded) shows."""
     problems = _engine_type_problems(config, registry)
     problems.extend(_tool_name_problems(config, registry))
-    for id, (plugin, reason) in registry.misconfigured.items():
+    lazy = _lazy_table_mistakes(config, registry)  # first: it may import observer plugins
+    misconfigured = {**registry.misconfigured, **lazy}
+    for id, (plugin, reason) in misconfigured.items():
         if id.split(".", 1)[0] in PLUGIN_TABLES:
             problems.append(ConfigError(f"{reason} (plugin {plugin!r})"))
     return problems
+
+
+def _lazy_table_mistakes(
+    config: RuntimeConfig, registry: ExtensionRegistry
+) -> dict[str, tuple[str, str]]:
+    """Return what lazy plugins say of the top-level tables they own (``[mcp_servers]``,
+    ``[otel]``), so that a wrong one is refused at start-up as before they were lazy.
+
+    Only when such a table is written: the observer plugins are imported (they would be
+    at the first journaled batch anyway), and the tool plugins checked with ``check_only``
+    in a registry of their own (an MCP server is started only when a turn needs tools).
+    """
+    if not any(config.plugin_tables.values()) or all(i.imported for i in registry.plugins):
+        return {}
+    len(registry.observers)  # imports the observer plugins; they check their tables
+    builder = ExtensionRegistryBuilder(
+        settings=config.plugin_settings(), locate=config.setting_source, check_only=True
+    )
+    builder.load_entry_points()
+    checked = builder.build()
+    len(checked.tools)  # imports the tool plugins; check_only: they start nothing
+    return dict(checked.misconfigured)
 
 
 def _where(config: RuntimeConfig, key: str) -> str | None:
@@ -37,7 +61,6 @@ def _where(config: RuntimeConfig, key: str) -> str | None:
 
 
 def _engine_type_problems(config: RuntimeConfig, registry: ExtensionRegistry) -> list[ConfigError]:
-    types = sorted({e.engine_type for e in registry.engines.values() if e.engine_type})
     problems = []
     for engine_id, table in config.engines.items():
         declared = table.get("type")
@@ -45,6 +68,8 @@ def _engine_type_problems(config: RuntimeConfig, registry: ExtensionRegistry) ->
             continue
         if engine_id in registry.misconfigured:
             continue  # its plugin took the table and said what is wrong with it
+        # Only now are the engines' types listed: that imports every engine plugin.
+        types = sorted({e.engine_type for e in registry.engines.values() if e.engine_type})
         problems.append(
             ConfigError(
                 f"[engines.{engine_id}] type {declared!r} is not an engine type; the engine "
@@ -63,16 +88,19 @@ def _tool_name_problems(config: RuntimeConfig, registry: ExtensionRegistry) -> l
 
     def known(name: str) -> bool:
         return (
-            name in registry.tools or name in registry.tool_conflicts or name.startswith(prefixes)
+            # The prefix first: asking the registry may import plugins with tools.
+            name.startswith(prefixes) or name in registry.tools or name in registry.tool_conflicts
         )
 
-    registered = ", ".join(sorted(registry.tools)) or "none"
+    def registered() -> str:  # only for an error: it imports the plugins that have tools
+        return ", ".join(sorted(registry.tools)) or "none"
+
     problems = []
     for name in config.tools.enabled or ():
         if not known(name):
             problems.append(
                 ConfigError(
-                    f"[tools] enabled: no tool is named {name!r}; registered tools: {registered}",
+                    f"[tools] enabled: no tool is named {name!r}; registered tools: {registered()}",
                     source=_where(config, "tools.enabled"),
                     key="tools.enabled",
                 )
@@ -82,7 +110,7 @@ def _tool_name_problems(config: RuntimeConfig, registry: ExtensionRegistry) -> l
             problems.append(
                 ConfigError(
                     f"[tools.approval] {name}: no tool is named {name!r}; registered tools: "
-                    f"{registered}",
+                    f"{registered()}",
                     source=_where(config, f"tools.approval.{name}"),
                     key=f"tools.approval.{name}",
                 )

@@ -17,7 +17,7 @@ import anyio
 from roder_api.codec import gc_paused
 from roder_api.errors import StoreError
 from roder_api.events import Event, ItemCompleted, JournalEvent
-from roder_api.threads import EventPage, ThreadSnapshot, ThreadStore
+from roder_api.threads import EventPage, ThreadMetadata, ThreadSnapshot, ThreadStore
 from roder_api.transcript import TranscriptItem, trim_to_last_compaction_boundary
 
 T = TypeVar("T")
@@ -146,12 +146,13 @@ class ThreadJournal:
         with gc_paused():
             return await self.bounded("load", lambda: self.store.read_snapshot(self.thread_id))
 
+    async def metadata(self) -> ThreadMetadata:
+        """Return the thread's metadata (``get_thread``)."""
+        return await self.bounded("metadata read", lambda: self.store.get_thread(self.thread_id))
+
     async def last_sequence(self) -> int:
         """Return the sequence of the thread's last event (0 when it has none)."""
-        metadata = await self.bounded(
-            "metadata read", lambda: self.store.get_thread(self.thread_id)
-        )
-        return metadata.last_sequence
+        return (await self.metadata()).last_sequence
 
     async def event_page(self, *, before: int | None = None, limit: int = 256) -> EventPage:
         """Return up to ``limit`` events below ``before`` (the newest when None), ascending."""

@@ -50,7 +50,12 @@ class ObserverHub:
     def __init__(
         self, observers: Sequence[Observer], *, queue_batches: int = DEFAULT_QUEUE_BATCHES
     ) -> None:
-        self._feeds = [_Feed(o, queue.Queue(maxsize=queue_batches)) for o in observers]
+        # The feeds are made when the first batch comes: reading a registry's observers
+        # imports the plugins that have them (lazy plugins), which a runtime that journals
+        # nothing (`roder threads list`) never needs.
+        self._observers = observers
+        self._queue_batches = queue_batches
+        self._feeds: list[_Feed] = []
         self._started = False
         self._closed = False
         self._lock = threading.Lock()
@@ -86,10 +91,12 @@ class ObserverHub:
                     feed.dropped,
                 )
 
-    def _start(self) -> None:
+    def _start(self, observers: Sequence[Observer] | None = None) -> None:
         with self._lock:
             if self._started:
                 return
+            chosen = self._observers if observers is None else observers
+            self._feeds = [_Feed(o, queue.Queue(maxsize=self._queue_batches)) for o in chosen]
             for feed in self._feeds:
                 feed.thread = threading.Thread(
                     target=_serve, args=(feed,), name="roder-observer", daemon=True
@@ -103,7 +110,10 @@ class ObserverHub:
             return
         self._closed = True
         if not self._started:
-            self._start()  # closing runs in the observers' thread too, off this loop
+            # Closing runs in the observers' thread too, off this loop. Nothing was
+            # journaled: close what is there without importing more (a registry's lazy
+            # view says what is imported in `loaded`; a plain sequence is all there).
+            self._start(getattr(self._observers, "loaded", self._observers))
         for feed in self._feeds:
             feed.queue.put(_STOP)  # unbounded wait is fine: the server thread drains it
         with anyio.move_on_after(CLOSE_TIMEOUT_S):

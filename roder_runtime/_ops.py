@@ -19,12 +19,15 @@ class UserInput:
     tools"): a call to one ends the turn, left open for the caller. ``tool_results``: the
     caller's outputs for such open calls (``ToolResultRecord(call_id, name, output)``; the
     name is taken from the call), journaled before the turn's model step; with results,
-    an empty ``text`` adds no user message.
+    an empty ``text`` adds no user message. ``instructions``: the system instructions of
+    this turn's model calls, in place of the configured ``instructions`` (None: those);
+    kept by the session that accepts the input, not journaled.
     """
 
     text: str
     client_tools: tuple[ToolSpec, ...] = ()
     tool_results: tuple[ToolResultRecord, ...] = ()
+    instructions: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,10 @@
 
 A session that died (its process was killed, its task torn down) may leave a turn without
 its end and input it accepted (``InputAccepted``) but never answered. Inputs start turns in
-the order they were accepted, so everything accepted before the journal's last
-``TurnStarted`` was answered; only the tail from there on is read.
+the order they were accepted, but input queued behind a running turn is accepted *before*
+the turn after it starts: the tail read goes back past the journal's last ``TurnStarted``
+until it has met the acceptance of every turn the thread's metadata says is open
+(``ThreadMetadata.open_turns``), so nothing accepted and not yet started is missed.
 """
 
 from __future__ import annotations
@@ -35,13 +37,31 @@ _TRIES = 5
 
 
 async def read_tail(journal: ThreadJournal) -> list[JournalEvent]:
-    """Return the journal's events from its last ``TurnStarted`` on (all when it has none)."""
+    """Return the journal's events from its last ``TurnStarted`` on, and further back to the
+    acceptance of each turn the metadata says is open (all when it has none of them).
+
+    An open turn stops being looked for at its ``InputAccepted`` (not a steer), or at its
+    ``TurnStarted`` when its input was journaled in it (a ``UserMessage``): what was
+    accepted before that has started already.
+    """
+    looking = set((await journal.metadata()).open_turns)
+    answered: set[str] = set()
+    found_start = False
     tail: list[JournalEvent] = []
     before: int | None = None
     while True:
         page = await journal.event_page(before=before, limit=_PAGE)
         for index in range(len(page.events) - 1, -1, -1):
-            if isinstance(page.events[index].event, TurnStarted):
+            event = page.events[index].event
+            if isinstance(event, TurnStarted):
+                found_start = True
+                if event.turn_id in answered:
+                    looking.discard(event.turn_id)
+            elif isinstance(event, InputAccepted) and not event.steer:
+                looking.discard(event.turn_id)
+            elif isinstance(event, ItemCompleted) and isinstance(event.item, UserMessage):
+                answered.add(event.turn_id)
+            if found_start and not looking:
                 return [*page.events[index:], *tail]
         tail = [*page.events, *tail]
         if page.next_before is None:
@@ -52,8 +72,10 @@ async def read_tail(journal: ThreadJournal) -> list[JournalEvent]:
 def leftovers(tail: Sequence[Event]) -> tuple[str | None, list[str], list[InputAccepted]]:
     """Return the open turn of ``tail``, the input it took but never journaled, and the
     input accepted for later turns and never answered."""
-    last = tail[0].turn_id if tail and isinstance(tail[0], TurnStarted) else None
-    ended = any(isinstance(e, (TurnComplete, TurnAborted)) and e.turn_id == last for e in tail)
+    starts = [i for i, e in enumerate(tail) if isinstance(e, TurnStarted)]
+    last = tail[starts[-1]].turn_id if starts else None
+    since = tail[starts[-1] :] if starts else []
+    ended = any(isinstance(e, (TurnComplete, TurnAborted)) and e.turn_id == last for e in since)
     pending: list[InputAccepted] = []
     for event in tail:
         if isinstance(event, InputAccepted):

@@ -93,11 +93,16 @@ class JournalFollowing:
         steer: bool = False,
         client_tools: Sequence[ToolSpec] = (),
         tool_results: Sequence[ToolResultRecord] = (),
+        instructions: str | None = None,
     ) -> str:
         """Submit ``text`` as a :class:`UserInput` (``steer``: a :class:`Steer`); return the
         turn id it goes to. For callers that cannot import the op classes (plugins).
-        ``client_tools`` and ``tool_results`` as for :class:`UserInput`."""
-        op: Op = Steer(text) if steer else UserInput(text, (*client_tools,), (*tool_results,))
+        ``client_tools``, ``tool_results`` and ``instructions`` as for :class:`UserInput`."""
+        op: Op = (
+            Steer(text)
+            if steer
+            else UserInput(text, (*client_tools,), (*tool_results,), instructions)
+        )
         if turn_id is not None:
             self._own_turns.add(turn_id)
         result = await self.submit(op, turn_id=turn_id)

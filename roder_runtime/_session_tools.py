@@ -51,7 +51,8 @@ class SessionTools:
         written) and keep them for turn ``turn_id`` while it is submitted in this block."""
         tools = op.client_tools if isinstance(op, UserInput) else ()
         results = op.tool_results if isinstance(op, UserInput) else ()
-        return self._client.hold(turn_id, tools, results, journal, self.tools)
+        instructions = op.instructions if isinstance(op, UserInput) else None
+        return self._client.hold(turn_id, tools, results, journal, self.tools, instructions)
 
     def decide_call(self, decision: ApproveToolCall) -> None:
         """Take the user's decision on a call that waits (or is about to wait) for it."""
@@ -94,6 +95,7 @@ class SessionTools:
             "resume": resume,
             "client_tools": given.client_tools,
             "tool_results": given.tool_results,
+            "instructions": given.instructions,
         }
 
     def step(

@@ -99,6 +99,7 @@ class TurnDriver:
         resume: PendingToolStep | None = None,
         client_tools: Sequence[ToolSpec] = (),
         tool_results: Sequence[ToolResultRecord] = (),
+        instructions: str | None = None,
     ) -> None:
         self.turn_id = turn_id
         self.user_message = UserMessage(text)
@@ -107,6 +108,7 @@ class TurnDriver:
         self.model = model
         self.catalog = catalog
         self.config = catalog.config
+        self.instructions = instructions if instructions is not None else self.config.instructions
         self.sink = sink
         self.journal = sink.journal
         self.inbox = inbox
@@ -301,9 +303,7 @@ class TurnDriver:
 
         A retryable failure before any output retries the step (a ``WarningEvent`` says so);
         afterwards, or when not retryable, ``_TurnFailed`` ends the turn, keeping its text."""
-        request = AgentInferenceRequest(
-            self.model, self.config.instructions, (*history,), self.tools
-        )
+        request = AgentInferenceRequest(self.model, self.instructions, (*history,), self.tools)
         await self._budget.check(self, history)  # BudgetExceeded ends the turn before the call
         step = StepState()
 

@@ -89,6 +89,9 @@ def test_chat_with_stdout_in_a_file_keeps_only_what_the_model_said(
         assert child.wait(60) == 0
     finally:
         os.close(master)
+        if child.poll() is None:  # a wait that timed out: leave no process behind
+            child.kill()
+            child.wait(10)
     data = answers.read_bytes()
     assert data == b"You said: first line\nYou said: second\n", data
 

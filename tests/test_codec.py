@@ -160,3 +160,19 @@ def test_batch_encoders_refuse_the_whole_batch_clearly() -> None:
     for encode in (codec.dumps_each, codec.dumps_list):
         with pytest.raises(UnserializableEventError, match="nothing was stored"):
             encode([good, bad])
+
+
+def test_thread_metadata_open_turns_round_trip() -> None:
+    """``open_turns`` survives a round trip as a tuple; metadata written before the field
+    existed reads back with none; an unknown field next to it is kept; a bad value is
+    refused."""
+    meta = ThreadMetadata("t", 1, 2, open_turns=("r1", "r2"))
+    back = codec.loads(codec.dumps(meta))
+    assert back == meta and back.open_turns == ("r1", "r2")
+    old = {"type": "thread_metadata", "thread_id": "t", "created_at_ms": 1, "updated_at_ms": 2}
+    assert codec.from_dict(old).open_turns == ()
+    newer = codec.from_dict({**old, "open_turns": ["x"], "from_the_future": 1})
+    assert newer.open_turns == ("x",)
+    assert orjson.loads(codec.dumps(newer))["from_the_future"] == 1
+    with pytest.raises(ValueError):
+        codec.from_dict({**old, "open_turns": "r1"})

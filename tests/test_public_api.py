@@ -38,6 +38,7 @@ MODULES = [
     "roder_llm",
     "roder_server",
     "roder_otel",
+    "roder_temporal",
 ]
 
 

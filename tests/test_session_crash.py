@@ -14,6 +14,8 @@ import pytest
 
 from roder_api.events import (
     AssistantContentDelta,
+    ContentPhase,
+    InputAccepted,
     ItemCompleted,
     TurnAborted,
     TurnComplete,
@@ -116,3 +118,40 @@ async def test_sigkill_mid_turn_then_resume(tmp_path: Path) -> None:
             UserMessage("will be cut off"),
             AssistantMessage("streamed so far", interrupted=True),
         ]
+
+
+async def test_input_queued_before_the_dead_turn_started_is_answered(tmp_path: Path) -> None:
+    """t1 and t2 were accepted while t0 ran (queued), t0 completed, t1 started and its
+    process died: the next session closes t1 by the crash rules and runs t2, whose
+    acceptance lies before t1's start (and 150 events back)."""
+    base = tmp_path / "threads"
+    async with make_runtime(base) as runtime:
+        thread_id = (await runtime.create_thread()).thread_id
+        store = await runtime.store()
+        await store.append_events(
+            thread_id, [TurnStarted("t0"), ItemCompleted("t0", UserMessage("zero"))]
+        )
+        await store.append_events(
+            thread_id, [InputAccepted("t1", "one"), InputAccepted("t2", "two")]
+        )
+        deltas = [
+            AssistantContentDelta("t0", "s0", ContentPhase.FINAL_ANSWER, f" w{i}")
+            for i in range(150)
+        ]
+        await store.append_events(thread_id, deltas)
+        await store.append_events(
+            thread_id,
+            [ItemCompleted("t0", AssistantMessage("done")), TurnComplete("t0", "done")],
+        )
+        await store.append_events(
+            thread_id, [TurnStarted("t1"), ItemCompleted("t1", UserMessage("one"))]
+        )
+        assert (await store.get_thread(thread_id)).open_turns == ("t1", "t2")
+        async with await runtime.start_session(thread_id) as session:
+            seen = []
+            with anyio.fail_after(20):
+                while not seen or seen[-1] != TurnComplete("t2", "You said: two"):
+                    seen.append((await session.next_event()).event)
+        assert TurnAborted("t1", "process_exited") in seen
+        assert seen.index(TurnAborted("t1", "process_exited")) < seen.index(TurnStarted("t2"))
+        assert (await store.get_thread(thread_id)).open_turns == ()

@@ -21,3 +21,4 @@ def test_serve_kill_trials_lose_nothing(tmp_path: Path) -> None:
     assert stats.trials == 2 and stats.faults == 2
     assert stats.ok, stats.problems
     assert stats.notes["stream_reconnects"] >= 1  # the stream did resume across a restart
+    assert stats.notes["long_trials"] == 1  # one trial killed 80-200 events into its reply

@@ -161,10 +161,14 @@ async def check_reorder(stats: KindStats, spec: StoreSpec, path: Path, damage: R
 
 
 def _tail_intact(damage: Reorder, after: int) -> bool:
-    """Return True when the lines holding sequences above ``after`` are untouched."""
+    """Return True when the lines holding sequences above ``after`` are untouched.
+
+    Line ``n`` holds sequence ``n`` (line 0 is the create line). A swap touches lines a and
+    b; an overwrite changes only line b (line a is read, not written); a cut loses the end.
+    """
     if damage.kind == "cut":
         return False
-    return min(damage.a, damage.b) > after + 1 if damage.kind == "swap" else damage.b > after + 1
+    return max(damage.a, damage.b) <= after if damage.kind == "swap" else damage.b <= after
 
 
 async def run_reordered(

@@ -5,7 +5,10 @@ reordered or gapped on the streams that resumed (Last-Event-ID) across the resta
 Each trial posts 1-3 runs to a thread (an accepted run is one answered 202), keeps a
 stream open on it that reconnects by itself from the last id it saw, kills the server
 0-1.5 s later (mid-run, mid-stream, or while a run is being posted), restarts it, and
-waits until every accepted run is completed or aborted. Then: an accepted run the
+waits until every accepted run is completed or aborted. One trial in four is *long*: runs
+of 100-400 words, killed 1.6-4 s in (80-200 events of the first reply journaled, more than
+a pick-up reading a fixed tail of the journal would see), so the restarted server must
+find the thread by its store query however long the dead turn was. Then: an accepted run the
 journal never answers is *lost*; a streamed sequence that is not the one after the last
 (duplicate, reorder, gap) or whose event differs from the journal is *corrupt*.
 """
@@ -29,6 +32,12 @@ from _serve_common import ServeProcess  # noqa: E402 - after the path setup
 
 _ANSWER_S = 60.0
 """How long accepted runs get to end after the restart."""
+
+SHORT_WORDS, LONG_WORDS = (5, 40), (100, 400)
+"""Words in a run's reply (one journaled event each, 20 ms apart): short and long trials."""
+
+SHORT_KILL_S, LONG_KILL_S = (0.0, 1.5), (1.6, 4.0)
+"""When the server is killed after a trial starts: short and long trials."""
 
 
 class _Reader:
@@ -93,16 +102,20 @@ def run_serve_trials(trials: int, workdir: Path, *, seed: int, backend: str = "j
     server.start()
     crash_aborts = 0
     reconnects = 0
+    long_trials = 0
     try:
         for number in range(trials):
             with httpx.Client(base_url=server.url, timeout=30) as c:
                 tid = c.post("/v1/threads", json={}).json()["thread_id"]
             reader = _Reader(server, tid, 0)
             accepted: list[str] = []
-            kill_at = time.monotonic() + rng.uniform(0.0, 1.5)
+            long_trial = number % 4 == 1  # the second trial of every four (quick runs: one)
+            long_trials += long_trial
+            kill_at = time.monotonic() + rng.uniform(*(LONG_KILL_S if long_trial else SHORT_KILL_S))
             killer = threading.Timer(max(0.0, kill_at - time.monotonic()), server.kill)
             killer.start()
-            words = " ".join(f"w{i}" for i in range(rng.randint(5, 40)))
+            count = rng.randint(*(LONG_WORDS if long_trial else SHORT_WORDS))
+            words = " ".join(f"w{i}" for i in range(count))
             for run in range(rng.randint(1, 3)):
                 turn_id = f"t{number}-{run}"
                 try:
@@ -168,4 +181,5 @@ def run_serve_trials(trials: int, workdir: Path, *, seed: int, backend: str = "j
         server.stop()
     stats.notes["runs_aborted_by_the_crash"] = crash_aborts
     stats.notes["stream_reconnects"] = reconnects
+    stats.notes["long_trials"] = long_trials
     return stats

@@ -80,8 +80,13 @@ exit codes:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the ``roder`` argument parser with every command."""
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """Return the ``roder`` argument parser with every command.
+
+    With ``argv``, only the plugin command it chooses (if any) is imported to add its
+    arguments; the other plugin commands are listed by name and help alone, so that
+    ``roder --help`` and the built-in commands import no plugin for them.
+    """
     parser = argparse.ArgumentParser(
         prog="roder",
         description="Roder: a small, durable agent runtime.",
@@ -93,13 +98,25 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(subparsers)
-    _plugin_commands.register(subparsers, set(subparsers.choices))
+    chosen = "*" if argv is None else _chosen_command(argv)
+    _plugin_commands.register(subparsers, set(subparsers.choices), chosen)
     return parser
+
+
+def _chosen_command(argv: Sequence[str]) -> str | None:
+    """Return the command ``argv`` names (its first word that is not a global flag)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--config":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``roder`` command; return its exit code."""
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:

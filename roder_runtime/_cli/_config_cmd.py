@@ -92,7 +92,9 @@ def _check_registry(config: RuntimeConfig) -> ExtensionRegistry:
         settings=config.plugin_settings(), locate=config.setting_source, check_only=True
     )
     builder.load_entry_points()
-    return builder.build()
+    registry = builder.build()
+    registry.load_all()  # every plugin checks its tables (check_only: none starts anything)
+    return registry
 
 
 def registry_mistakes(config: RuntimeConfig, registry: ExtensionRegistry) -> list[str]:

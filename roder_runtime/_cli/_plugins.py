@@ -46,7 +46,9 @@ def _plugin_json(info: PluginInfo, registry: ExtensionRegistry) -> dict[str, Any
 
 
 def _load_plugins(config_path: str | None) -> ExtensionRegistry:
-    return load_registry(load_config(config_path))
+    registry = load_registry(load_config(config_path))
+    registry.load_all()  # lazy plugins too: this command shows what each one registers
+    return registry
 
 
 async def plugins_command(args: argparse.Namespace) -> int:

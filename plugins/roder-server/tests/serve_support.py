@@ -17,6 +17,7 @@ import httpx
 DEFAULT_TEST_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 RODER = Path(sys.executable).with_name("roder")
 PREFIX = "roder serve: listening on "
+REPO = Path(__file__).resolve().parents[3]
 
 
 def store_table(backend: str, home: Path, dsn: str, schema: str | None) -> str:
@@ -183,3 +184,39 @@ def journal(client: httpx.Client, thread_id: str) -> list[dict[str, Any]]:
         if not batch:
             return events
         events.extend(batch)
+
+
+def tool_env(tmp_path: Path) -> dict[str, str]:
+    """Return the environment that makes the example tool plugin (``word_count``)
+    discoverable by a server, through a dist-info on the path."""
+    site = tmp_path / "site"
+    info = site / "roder_word_tools-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: roder-word-tools\nVersion: 0.1.0\n"
+    )
+    (info / "entry_points.txt").write_text("[roder]\nword-tools = roder_word_tools\n")
+    source = REPO / "examples" / "roder-word-tools" / "src"
+    paths = [str(site), str(source), os.environ.get("PYTHONPATH", "")]
+    return {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+ASK = '[tools.approval]\nword_count = "ask"\n'
+"""The config that makes ``word_count`` ask for approval."""
+CALL = 'call word_count {"text": "one two three"}'
+"""An input that has the scripted engine call ``word_count``."""
+
+
+def wait_asked(c: httpx.Client, thread_id: str, count: int = 1) -> dict[str, Any]:
+    """Return the ``count``-th approval request journaled on the thread (60 s at most)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        asked = [
+            e["event"]
+            for e in journal(c, thread_id)
+            if e["event"]["type"] == "tool_approval_requested"
+        ]
+        if len(asked) >= count:
+            return asked[-1]
+        time.sleep(0.05)
+    raise AssertionError("no approval was asked")

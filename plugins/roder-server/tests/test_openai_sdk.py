@@ -272,6 +272,17 @@ def test_a_real_chat_completions_server_behind_roder_serve(
         assert events[-1]["response"]["model"] == "openai-chat/tiny-echo"
         usage = events[-1]["response"]["usage"]
         assert usage is not None and usage["total_tokens"] > 0
+        # ``instructions`` reach the engine: llm-katan's echo counts the messages it got
+        # (a system message more) and bills their words.
+        plain = client.responses.create(model="openai-chat/tiny-echo", input="hello katan")
+        told = client.responses.create(
+            model="openai-chat/tiny-echo", input="hello katan", instructions="answer in five words"
+        )
+        assert "messages=1 " in plain.output_text, plain.output_text
+        assert "messages=2 " in told.output_text, told.output_text
+        assert told.instructions == "answer in five words"
+        assert plain.usage is not None and told.usage is not None
+        assert told.usage.input_tokens == plain.usage.input_tokens + 4
     finally:
         proc.terminate()
         proc.wait(10)

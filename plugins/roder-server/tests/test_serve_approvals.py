@@ -2,60 +2,23 @@
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from serve_support import Server, journal, wait_run
+from serve_support import ASK, CALL, Server, tool_env, wait_asked, wait_run
 
 pytestmark = pytest.mark.slow
-
-REPO = Path(__file__).resolve().parents[3]
-
-
-def _tool_env(tmp_path: Path) -> dict[str, str]:
-    # The example tool plugin, discoverable through a dist-info on the path.
-    site = tmp_path / "site"
-    info = site / "roder_word_tools-0.1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: roder-word-tools\nVersion: 0.1.0\n"
-    )
-    (info / "entry_points.txt").write_text("[roder]\nword-tools = roder_word_tools\n")
-    source = REPO / "examples" / "roder-word-tools" / "src"
-    paths = [str(site), str(source), os.environ.get("PYTHONPATH", "")]
-    return {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-
-
-ASK = '[tools.approval]\nword_count = "ask"\n'
-CALL = 'call word_count {"text": "one two three"}'
-
-
-def _wait_asked(c: httpx.Client, thread_id: str, count: int = 1) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        asked = [
-            e["event"]
-            for e in journal(c, thread_id)
-            if e["event"]["type"] == "tool_approval_requested"
-        ]
-        if len(asked) >= count:
-            return asked[-1]
-        time.sleep(0.05)
-    raise AssertionError("no approval was asked")
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_approve_over_http(serve: Callable[..., Server], tmp_path: Path, workers: str) -> None:
-    server = serve("sqlite", env=_tool_env(tmp_path), extra_config=ASK, args=("--workers", workers))
+    server = serve("sqlite", env=tool_env(tmp_path), extra_config=ASK, args=("--workers", workers))
     with server.client() as c:
         tid = c.post("/v1/threads", json={}).json()["thread_id"]
         c.post(f"/v1/threads/{tid}/runs", json={"input": CALL, "turn_id": "r1"})
-        asked = _wait_asked(c, tid)
+        asked = wait_asked(c, tid)
         # Any connection (with two workers: often the one not holding the thread).
         with httpx.Client(base_url=server.url, timeout=30) as other:
             decided = other.post(
@@ -74,16 +37,16 @@ def test_approve_over_http(serve: Callable[..., Server], tmp_path: Path, workers
 def test_a_pending_approval_survives_a_restart(
     serve: Callable[..., Server], tmp_path: Path
 ) -> None:
-    server = serve("jsonl", env=_tool_env(tmp_path), extra_config=ASK)
+    server = serve("jsonl", env=tool_env(tmp_path), extra_config=ASK)
     with server.client() as c:
         tid = c.post("/v1/threads", json={}).json()["thread_id"]
         c.post(f"/v1/threads/{tid}/runs", json={"input": CALL, "turn_id": "r1"})
-        asked = _wait_asked(c, tid)
+        asked = wait_asked(c, tid)
     server.kill()
     server.start()
     with server.client() as c:
         # The restarted server resumes the turn (its sweep); the resumed session asks again.
-        _wait_asked(c, tid, count=2)
+        wait_asked(c, tid, count=2)
         decided = c.post(f"/v1/threads/{tid}/approvals/{asked['call_id']}", json={"approved": True})
         assert decided.status_code == 202, decided.text
         assert wait_run(c, tid, "r1")["status"] == "completed"
@@ -96,12 +59,12 @@ def test_a_later_turn_reusing_a_call_id_is_asked_and_answered_again(
 ) -> None:
     # The scripted engine names each turn's first call the same: an old turn's decision
     # must not answer (or block) the new question.
-    server = serve("jsonl", env=_tool_env(tmp_path), extra_config=ASK)
+    server = serve("jsonl", env=tool_env(tmp_path), extra_config=ASK)
     with server.client() as c:
         tid = c.post("/v1/threads", json={}).json()["thread_id"]
         for number, turn in enumerate(("r1", "r2"), start=1):
             c.post(f"/v1/threads/{tid}/runs", json={"input": CALL, "turn_id": turn})
-            asked = _wait_asked(c, tid, count=number)
+            asked = wait_asked(c, tid, count=number)
             assert asked["turn_id"] == turn
             decided = c.post(
                 f"/v1/threads/{tid}/approvals/{asked['call_id']}", json={"approved": True}

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from serve_support import RODER, Server, wait_run
+from serve_support import ASK, CALL, RODER, Server, tool_env, wait_asked, wait_run
 
 pytestmark = pytest.mark.slow
 
@@ -49,13 +49,21 @@ def test_without_tokens_only_loopback(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite", "postgres"])
-def test_tenants_see_only_their_threads(serve: Callable[..., Server], backend: str) -> None:
-    server = serve(backend, env=TOKENS)
+def test_tenants_see_only_their_threads(
+    serve: Callable[..., Server], backend: str, tmp_path: Path
+) -> None:
+    server = serve(backend, env={**TOKENS, **tool_env(tmp_path)}, extra_config=ASK)
     with server.client("tok-a") as acme, server.client("tok-b") as globex:
         tid = acme.post("/v1/threads", json={"thread_id": "shared-name"}).json()["thread_id"]
         run = acme.post(f"/v1/threads/{tid}/runs", json={"input": "hi", "turn_id": "r1"})
         assert run.status_code == 202
         assert wait_run(acme, tid, "r1")["status"] == "completed"
+        # r2 runs and waits for the owner's approval of a real call: the probes below use
+        # that call id and that running turn, so a 404 means "not yours", not "no such".
+        run = acme.post(f"/v1/threads/{tid}/runs", json={"input": CALL, "turn_id": "r2"})
+        assert run.status_code == 202
+        call_id = wait_asked(acme, tid)["call_id"]
+        assert acme.get(f"/v1/threads/{tid}/runs/r2").json()["status"] == "running"
         assert acme.get(f"/v1/threads/{tid}").status_code == 200
         assert globex.get("/v1/threads").json()["threads"] == []
         base = f"/v1/threads/{tid}"
@@ -67,12 +75,22 @@ def test_tenants_see_only_their_threads(serve: Callable[..., Server], backend: s
             ("GET", f"{base}/stream", None),
             ("POST", f"{base}/runs", {"input": "x"}),
             ("GET", f"{base}/runs/r1", None),
-            ("POST", f"{base}/runs/r1/interrupt", None),
-            ("POST", f"{base}/approvals/c1", {"approved": True}),
+            ("GET", f"{base}/runs/r2", None),
+            ("POST", f"{base}/runs/r2/interrupt", None),
+            ("POST", f"{base}/approvals/{call_id}", {"approved": False}),
             ("DELETE", base, None),
         ]:
             response = globex.request(method, path, json=body)
             assert response.status_code == 404, (method, path, response.text)
+        # Nothing the other tenant sent reached the thread: the call still waits for its
+        # owner, r2 was neither interrupted nor denied, and the title is unchanged.
+        assert acme.get(f"{base}/runs/r2").json()["status"] == "running"
+        decided = acme.post(f"{base}/approvals/{call_id}", json={"approved": True})
+        assert decided.status_code == 202, decided.text
+        assert wait_run(acme, tid, "r2")["status"] == "completed"
+        items = acme.get(f"{base}/items").json()["items"]
+        assert items[-1]["text"] == "word_count said: 3", items[-1]
+        assert acme.get(base).json()["title"] is None
         # The same id is free in another tenant: a namespace each.
         assert globex.post("/v1/threads", json={"thread_id": "shared-name"}).status_code == 201
         assert acme.get(f"{base}/runs/r1").json()["status"] == "completed"

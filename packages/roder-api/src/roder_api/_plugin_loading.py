@@ -85,12 +85,22 @@ def load_with_deadline(ep: importlib.metadata.EntryPoint, timeout: float) -> Any
     return outcome[0]
 
 
+def distribution_of(ep: importlib.metadata.EntryPoint) -> tuple[str | None, str | None, str | None]:
+    """Return the version, name and summary of the distribution an entry point is from."""
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return None, None, None
+    metadata = dist.metadata
+    return metadata["Version"], metadata["Name"], metadata["Summary"]
+
+
 __all__ = [
     "DEFAULT_IMPORT_TIMEOUT_S",
     "ENTRY_POINT_GROUP",
     "IMPORT_TIMEOUT_ENV",
     "NOT_INSTALLED",
     "PLUGINS_ENV",
+    "distribution_of",
     "import_timeout_s",
     "load_with_deadline",
     "plugin_names_from_env",

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from roder_api._record import Record, from_dict, register
-from roder_api._store_waits import find_pending_input, poll_for_events
+from roder_api._store_waits import AppendWakeups, find_pending_input, poll_for_events
 from roder_api.errors import (
     InvalidThreadIdError,
     ThreadBusyError,
@@ -66,14 +66,24 @@ def _usage(value: Any) -> TokenUsage:
     return value if isinstance(value, TokenUsage) else from_dict(value)
 
 
-@register("thread_metadata", usage=_usage)
+def _turn_ids(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"open_turns must be a list of turn ids, not {value!r:.200}")
+    return tuple(value)
+
+
+@register("thread_metadata", usage=_usage, open_turns=_turn_ids)
 @dataclass(frozen=True, slots=True)
 class ThreadMetadata(Record):
     """What a listing shows of a thread, kept without reading its journal.
 
     ``usage`` is the sum of every ``UsageUpdated`` in the journal, ``item_count`` the number
     of ``ItemCompleted`` events, ``last_sequence`` the newest event's sequence (0: none).
-    ``extra`` is free-form JSON (for example ``forked_from``).
+    ``extra`` is free-form JSON (for example ``forked_from``). ``open_turns`` holds the ids
+    of the turns accepted (``InputAccepted`` that is not a steer) or started and not yet
+    ended (``TurnComplete`` / ``TurnAborted``), in the order they opened: what
+    :meth:`ThreadStore.threads_with_pending_input` asks about. Like the counts, it is folded
+    by the store at append time (a value passed to ``create_thread`` is ignored).
     """
 
     thread_id: str
@@ -84,6 +94,7 @@ class ThreadMetadata(Record):
     item_count: int = 0
     last_sequence: int = 0
     extra: Mapping[str, Any] = field(default_factory=dict)
+    open_turns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,21 +380,43 @@ class ThreadStore(ABC):
     wait_poll_s: ClassVar[tuple[float, float]] = (0.02, 0.25)
     """The first and the longest pause of the default :meth:`wait_for_events` poll."""
 
+    _append_wakeups: AppendWakeups | None = None
+
+    @property
+    def append_wakeups(self) -> AppendWakeups:
+        """Return the in-process waiters of :meth:`wait_for_events` (created on first use)."""
+        if self._append_wakeups is None:
+            self._append_wakeups = AppendWakeups()
+        return self._append_wakeups
+
+    def notify_appended(self, thread_id: str, last_sequence: int) -> None:
+        """Wake this process's :meth:`wait_for_events` waiters of ``thread_id`` at once.
+
+        Call it (on the event loop) once an append is durable; ``last_sequence`` is the
+        thread's new last sequence. The store kit's :class:`BlockingThreadStore` and the
+        ``MemoryThreadStore`` call it; a store of its own calls it after its append (or its
+        waiters find the append by the poll, within ``wait_poll_s[1]``).
+        """
+        if self._append_wakeups is not None:
+            self._append_wakeups.wake(thread_id, last_sequence)
+
     async def wait_for_events(self, thread_id: str, after_sequence: int, timeout_s: float) -> int:
         """Return the thread's last sequence once it is above ``after_sequence``, or after
         ``timeout_s`` seconds (then it may be ``after_sequence`` or less).
 
         What a server's streams and a lease holder's session wait on. Raise
         ``ThreadNotFoundError`` when the thread does not exist (or is deleted meanwhile).
-        The default polls the metadata's ``last_sequence`` with a pause that grows from
-        :attr:`wait_poll_s` ``[0]`` to ``[1]`` (cheap when idle); a store that can be
-        woken (PostgreSQL ``LISTEN/NOTIFY``) overrides it.
+        The default is woken at once by an append through this store object in this event
+        loop (:meth:`notify_appended`), and polls the metadata's ``last_sequence`` for
+        appends by other processes, with a pause that grows from :attr:`wait_poll_s`
+        ``[0]`` to ``[1]`` (cheap when idle); a store that can be woken from other
+        processes (PostgreSQL ``LISTEN/NOTIFY``) overrides it.
         """
         return await poll_for_events(self, thread_id, after_sequence, timeout_s)
 
-    pending_tail: ClassVar[int] = 64
-    """How many of a thread's newest events the default :meth:`threads_with_pending_input`
-    reads."""
+    pending_tail: ClassVar[int] = 256
+    """How many events a page of the default :meth:`threads_with_pending_input` reads while
+    it pages back through a thread (until it knows whether a turn is open)."""
 
     async def threads_with_pending_input(
         self, *, updated_after_ms: int = 0, limit: int = 100
@@ -394,10 +427,11 @@ class ThreadStore(ABC):
         session answers the input (or closes the turn by the crash rules).
 
         The default walks the listing (metadata only) down to ``updated_after_ms`` and
-        reads the newest :attr:`pending_tail` events of each thread: a store that keeps a
-        pending-input marker answers it with one query instead. False positives are
-        harmless (the session finds nothing to do); a thread it misses is answered on its
-        next use.
+        pages back through each thread's journal (:attr:`pending_tail` events a page) until
+        it meets a turn opened and not ended, or the start: correct, but it reads every
+        journal. A store that keeps :attr:`ThreadMetadata.open_turns` in a column answers
+        it with one indexed query instead (the relational and JSONL stores do). False
+        positives are harmless (the session finds nothing to do).
         """
         return await find_pending_input(self, updated_after_ms, limit)
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 import pluggy
 
-from roder_api import hookspecs
+from roder_api import _lazy, hookspecs
 from roder_api._markers import PROJECT_NAME
 from roder_api._plugin_loading import (
     DEFAULT_IMPORT_TIMEOUT_S,
@@ -26,134 +26,19 @@ from roder_api._plugin_loading import (
     IMPORT_TIMEOUT_ENV,
     NOT_INSTALLED,
     PLUGINS_ENV,
+    distribution_of,
     import_timeout_s,
     load_with_deadline,
     plugin_names_from_env,
 )
 from roder_api._registration import collector, engine_id, factory_id, tool_name
+from roder_api._registry import ExtensionRegistry, PluginInfo, lazy_registry
 from roder_api.commands import Command
-from roder_api.errors import (
-    DuplicateRegistrationError,
-    MisconfiguredPluginError,
-    PluginLoadError,
-    PluginSettingsError,
-    UnknownEngineError,
-    UnknownThreadStoreError,
-    UnknownToolError,
-)
+from roder_api.errors import DuplicateRegistrationError, PluginSettingsError
 from roder_api.inference import InferenceEngine
 from roder_api.observers import Observer
 from roder_api.threads import ThreadStoreFactory
 from roder_api.tools import Tool
-
-
-@dataclass(frozen=True, slots=True)
-class PluginInfo:
-    """What one plugin is and what it registered, or why it failed to load."""
-
-    name: str
-    version: str | None = None
-    distribution: str | None = None
-    hooks: tuple[str, ...] = ()
-    engines: tuple[str, ...] = ()
-    thread_stores: tuple[str, ...] = ()
-    error: str | None = None
-    tools: tuple[str, ...] = ()
-    misconfigured: Mapping[str, str] = field(default_factory=dict)
-    """Ids this plugin could not set up from their settings, each with the reason."""
-    observers: int = 0
-    """How many observers the plugin registered."""
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the JSON object ``roder plugins --json`` prints for this plugin."""
-        return {
-            "name": self.name,
-            "version": self.version,
-            "distribution": self.distribution,
-            "hooks": list(self.hooks),
-            "engines": list(self.engines),
-            "thread_stores": list(self.thread_stores),
-            "tools": list(self.tools),
-            "misconfigured": dict(self.misconfigured),
-            "observers": self.observers,
-            "error": self.error,
-        }
-
-
-@dataclass(frozen=True)
-class ExtensionRegistry:
-    """The engines, thread-store factories and tools available, by id; immutable once built.
-
-    ``tool_conflicts`` holds the tool names registered twice (by name): neither
-    registration is in ``tools``, and :meth:`tool` raises the conflict.
-    """
-
-    engines: Mapping[str, InferenceEngine]
-    thread_store_factories: Mapping[str, ThreadStoreFactory]
-    plugins: tuple[PluginInfo, ...] = ()
-    sources: Mapping[str, str] = field(default_factory=dict)
-    tools: Mapping[str, Tool] = field(default_factory=dict)
-    tool_conflicts: Mapping[str, DuplicateRegistrationError] = field(default_factory=dict)
-    misconfigured: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    """Ids an installed plugin could not set up from their settings: id -> (plugin, reason)."""
-    commands: Mapping[str, Command] = field(default_factory=dict)
-    """The ``roder`` sub-commands plugins registered (hook ``register_commands``), by name."""
-    observers: tuple[Observer, ...] = ()
-    """The observers of journaled events (the runtime serves and closes them)."""
-
-    def inference_engine(self, engine_id: str) -> InferenceEngine:
-        """Return the engine registered as ``engine_id``.
-
-        Raise ``MisconfiguredPluginError`` when an installed plugin reported the id as
-        misconfigured, else ``UnknownEngineError`` when nothing has it.
-        """
-        try:
-            return self.engines[engine_id]
-        except KeyError:
-            self._raise_misconfigured("inference engine", engine_id)
-            raise UnknownEngineError(engine_id, self.engines) from None
-
-    def thread_store_factory(self, store_id: str) -> ThreadStoreFactory:
-        """Return the factory registered as ``store_id``.
-
-        Raise ``MisconfiguredPluginError`` when an installed plugin reported the id as
-        misconfigured, else ``UnknownThreadStoreError`` when nothing has it.
-        """
-        try:
-            return self.thread_store_factories[store_id]
-        except KeyError:
-            self._raise_misconfigured("thread store", store_id)
-            raise UnknownThreadStoreError(store_id, self.thread_store_factories) from None
-
-    def _raise_misconfigured(self, kind: str, id: str) -> None:
-        found = self.misconfigured.get(id)
-        if found is not None:
-            raise MisconfiguredPluginError(kind, id, found[0], found[1]) from None
-
-    def tool(self, name: str) -> Tool:
-        """Return the tool registered as ``name``; raise ``UnknownToolError``.
-
-        A name registered twice raises its ``DuplicateRegistrationError`` instead.
-        """
-        try:
-            return self.tools[name]
-        except KeyError:
-            conflict = self.tool_conflicts.get(name)
-            if conflict is not None:
-                raise conflict from None
-            raise UnknownToolError(name, self.tools) from None
-
-    @property
-    def load_errors(self) -> tuple[PluginLoadError, ...]:
-        """Return an error for each plugin that failed to load."""
-        return tuple(PluginLoadError(p.name, p.error) for p in self.plugins if p.error)
-
-    async def aclose(self) -> None:
-        """Close every registered engine and tool."""
-        for engine in self.engines.values():
-            await engine.aclose()
-        for tool in self.tools.values():
-            await tool.aclose()
 
 
 class ExtensionRegistryBuilder:
@@ -187,6 +72,12 @@ class ExtensionRegistryBuilder:
         self._sources: dict[str, str] = {}
         self._plugins: list[PluginInfo] = []
         self._observers: list[Observer] = []
+        # Lazy plugins not imported yet, the "kind:id"s each declared (kept, to name a
+        # plugin that failed), and those reserved for a plugin still pending.
+        self._pending: dict[str, tuple[importlib.metadata.EntryPoint, _lazy.Declared]] = {}
+        self._claims: dict[str, set[str]] = {}
+        self._reserved: dict[str, str] = {}
+        self._lock = threading.RLock()
 
     def inference_engine(
         self, engine: InferenceEngine, *, source: str = "a direct registration"
@@ -239,7 +130,7 @@ class ExtensionRegistryBuilder:
 
     def _add(self, kind: str, table: dict[str, Any], id: str, obj: object, source: str) -> None:
         key = f"{kind}:{id}"
-        if id in table:
+        if id in table or key in self._reserved:
             raise DuplicateRegistrationError(kind, id, self._sources[key], source)
         table[id] = obj
         self._sources[key] = source
@@ -255,22 +146,32 @@ class ExtensionRegistryBuilder:
         ``names`` limits which are loaded (default: ``RODER_PLUGINS``, or all when unset).
         A plugin that fails to import, raises in a hook or registers a taken id is reported
         in its ``PluginInfo.error`` and registers nothing; the others still load.
-        Return the infos of the plugins considered.
+        A plugin that declares what it registers (entry-point groups ``roder.engines``,
+        ``roder.thread_stores``, ...; docs/plugin-hooks.md) is not imported here: its ids
+        are reserved and the registry imports it when one is first asked for (its info
+        says ``imported=False`` until then). ``entry_points`` may hold those declarations
+        too. Return the infos of the plugins considered.
         """
         allowed = frozenset(names) if names is not None else plugin_names_from_env()
-        found = entry_points
-        if found is None:
-            found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        if entry_points is None:
+            every = importlib.metadata.entry_points()
+            found = list(every.select(group=ENTRY_POINT_GROUP))
+            declaring = [ep for g in _lazy.DECLARATION_GROUPS for ep in every.select(group=g)]
+        else:
+            listed = list(entry_points)
+            found = [ep for ep in listed if not _lazy.is_declaration(ep)]
+            declaring = [ep for ep in listed if _lazy.is_declaration(ep)]
+        declarations = _lazy.read_declarations(declaring)
         infos: list[PluginInfo] = []
         seen: set[str] = set()
-        found = list(found)
         for ep in sorted(found, key=lambda e: e.name):
             if allowed is not None and ep.name not in allowed:
                 continue
             if ep.name in seen:
                 continue
             seen.add(ep.name)
-            infos.append(self._load_one(ep))
+            declared = declarations.get(ep.value)
+            infos.append(self._defer(ep, declared) if declared else self._load_one(ep))
         for missing in sorted((allowed or frozenset()) - {ep.name for ep in found}):
             # A name in RODER_PLUGINS that nothing installed has: a typo, or a plugin that
             # is not installed. Reported, not silently ignored.
@@ -291,10 +192,113 @@ class ExtensionRegistryBuilder:
         self._plugins.append(info)
         return info
 
+    def _defer(self, ep: importlib.metadata.EntryPoint, declared: _lazy.Declared) -> PluginInfo:
+        """Reserve what a lazy plugin declares (an id taken is its load error); return its
+        info, ``imported=False``."""
+        version, dist_name, summary = distribution_of(ep)
+        source = f"plugin {ep.name!r}"
+        claims = [f"{kind}:{id}" for kind in _lazy.CLAIMED for id in declared.of(kind)]
+        types = set(declared.of(_lazy.ENGINE_TYPES))
+        for id, table in self._settings.items():
+            # An [engines.X] table with a `type` makes X an engine of the plugin that has
+            # the type, and of no other (whatever X's name is).
+            wanted = table.get("type")
+            if not isinstance(wanted, str):
+                continue
+            key = f"{_lazy.ENGINES}:{id}"
+            if key in claims:
+                claims.remove(key)
+            if wanted in types:
+                claims.append(key)
+        claims = list(dict.fromkeys(claims))
+        for key in claims:
+            if key in self._sources:
+                kind, _, id = key.partition(":")
+                error = DuplicateRegistrationError(kind, id, self._sources[key], source)
+                failed = f"{type(error).__name__}: {error}"
+                return PluginInfo(ep.name, version, dist_name, error=failed)
+        for key in claims:
+            self._reserved[key] = ep.name
+            self._sources[key] = source
+        tools = {f"{_lazy.TOOLS}:{name}" for name in declared.ids.get(_lazy.TOOLS, ())}
+        self._claims[ep.name] = set(claims) | tools
+        self._pending[ep.name] = (ep, declared)
+
+        def ids(kind: str) -> tuple[str, ...]:
+            return tuple(k.partition(":")[2] for k in claims if k.startswith(f"{kind}:"))
+
+        return PluginInfo(
+            ep.name,
+            version,
+            dist_name,
+            engines=ids(_lazy.ENGINES),
+            thread_stores=ids(_lazy.THREAD_STORES),
+            tools=tuple(declared.of(_lazy.TOOLS)),
+            commands=ids(_lazy.COMMANDS),
+            imported=False,
+            summary=summary,
+        )
+
+    # --- lazy loading (what the registry's views call) ----------------------------------------
+
+    def _table(self, kind: str) -> dict[str, Any]:
+        tables: dict[str, dict[str, Any]] = {
+            _lazy.ENGINES: self._engines,
+            _lazy.THREAD_STORES: self._factories,
+            _lazy.TOOLS: self._tools,
+            _lazy.COMMANDS: self._commands,
+            _lazy.TOOL_CONFLICTS: self._tool_conflicts,
+        }
+        return tables[kind]
+
+    def _pending_ids(self, kind: str) -> list[str]:
+        if kind == _lazy.TOOLS:
+            return [n for _, d in self._pending.values() for n in d.of(_lazy.TOOLS)]
+        prefix = f"{kind}:"
+        return [k[len(prefix) :] for k in self._reserved if k.startswith(prefix)]
+
+    def _load_for(self, kind: str, id: str) -> None:
+        owner = self._reserved.get(f"{kind}:{id}")
+        if owner is not None:
+            self._load_pending(owner)
+        elif kind in (_lazy.TOOLS, _lazy.TOOL_CONFLICTS):
+            self._load_kind(kind)
+
+    def _load_kind(self, kind: str | None) -> None:
+        """Import every pending plugin that declares ``kind`` (None: every one)."""
+        if kind == _lazy.TOOL_CONFLICTS:
+            kind = _lazy.TOOLS
+        for name, (_, declared) in list(self._pending.items()):
+            if kind is None or declared.has(kind):
+                self._load_pending(name)
+
+    def _has_pending(self, kind: str) -> bool:
+        return any(declared.has(kind) for _, declared in self._pending.values())
+
+    def _load_pending(self, name: str) -> None:
+        with self._lock:
+            found = self._pending.pop(name, None)
+            if found is None:
+                return  # imported meanwhile (another thread), or never lazy
+            for key in [k for k, owner in self._reserved.items() if owner == name]:
+                del self._reserved[key]
+                del self._sources[key]
+            info = self._load_one(found[0])
+            self._plugins[:] = [info if p.name == name else p for p in self._plugins]
+
+    def _failed_owner(self, kind: str, id: str) -> PluginInfo | None:
+        """Return the info of the failed plugin that declared ``id``, if one did."""
+        key = f"{kind}:{id}"
+        for info in self._plugins:
+            if info.error is None:
+                continue
+            declared = self._claims.get(info.name, set())
+            if key in declared or (kind == _lazy.TOOLS and f"{_lazy.TOOLS}:*" in declared):
+                return info
+        return None
+
     def _load_one(self, ep: importlib.metadata.EntryPoint) -> PluginInfo:
-        dist = getattr(ep, "dist", None)
-        version = dist.version if dist is not None else None
-        dist_name = dist.metadata["Name"] if dist is not None else None
+        version, dist_name, _ = distribution_of(ep)
         try:
             module = load_with_deadline(ep, import_timeout_s())
         except BaseException as exc:  # noqa: BLE001 - a plugin's import may raise anything
@@ -335,7 +339,7 @@ class ExtensionRegistryBuilder:
                 report,
             )
             self._call(pm, "register_tools", collector(tools, Tool), report, tools_hook=True)
-            pm.hook.register_commands(register=collector(commands, Command))
+            self._call(pm, "register_commands", collector(commands, Command), report)
             self._call(pm, "register_observers", collector(observers, Observer))
             # Check every id before committing any, so a plugin registers all or nothing.
             pending: set[str] = set()
@@ -407,6 +411,7 @@ class ExtensionRegistryBuilder:
             tools=tuple(t.name for t in tools),
             misconfigured=MappingProxyType(dict(misconfigured)),
             observers=len(observers),
+            commands=tuple(c.name for c in commands),
         )
 
     def _call(
@@ -449,7 +454,13 @@ class ExtensionRegistryBuilder:
             self._misconfigured.setdefault(id, (plugin, reason))
 
     def build(self) -> ExtensionRegistry:
-        """Return an immutable registry of everything registered so far."""
+        """Return an immutable registry of everything registered so far.
+
+        With lazy plugins pending, the registry gets a copy of this builder that imports
+        them on use (this builder stays as it is).
+        """
+        if self._pending:
+            return lazy_registry(self._copy())
         return ExtensionRegistry(
             engines=MappingProxyType(dict(self._engines)),
             thread_store_factories=MappingProxyType(dict(self._factories)),
@@ -461,6 +472,18 @@ class ExtensionRegistryBuilder:
             misconfigured=MappingProxyType(dict(self._misconfigured)),
             observers=tuple(self._observers),
         )
+
+    def _copy(self) -> ExtensionRegistryBuilder:
+        copy = ExtensionRegistryBuilder(check_only=self._check_only, locate=self._locate)
+        copy._settings = self._settings
+        for name in (
+            "_misconfigured", "_engines", "_factories", "_tools", "_tool_conflicts",
+            "_commands", "_sources", "_pending", "_claims", "_reserved",
+        ):  # fmt: skip
+            setattr(copy, name, dict(getattr(self, name)))
+        copy._plugins = list(self._plugins)
+        copy._observers = list(self._observers)
+        return copy
 
 
 __all__ = [

@@ -76,13 +76,21 @@ def register_tools(
 
 
 @hookspec
-def register_commands(register: Callable[[Command], None]) -> None:
+def register_commands(
+    register: Callable[[Command], None],
+    settings: Mapping[str, Mapping[str, Any]],
+    misconfigured: Callable[[str, BaseException | str], None],
+) -> None:
     """Register ``roder`` sub-commands by calling ``register(command)`` once per command.
 
     Called once when the extension registry is built. A
     :class:`roder_api.commands.Command` names the sub-command, adds its arguments and is
     run with a :class:`roder_api.commands.CommandContext`. A name taken by a built-in
-    command or another plugin is an error naming both.
+    command or another plugin is an error naming both. ``settings`` (opt-in) is the
+    mapping the other hooks get; ``misconfigured(id, error)`` (opt-in) reports a wrong
+    table the command's plugin owns (``PluginSettingsError("temporal", key, reason)``,
+    id ``"temporal.<key>"``) while the command still registers: ``roder config check``
+    shows it with its file and line.
     """
 
 

@@ -97,6 +97,7 @@ def metadata_json(meta: ThreadMetadata) -> bytes:
             "item_count": meta.item_count,
             "last_sequence": meta.last_sequence,
             "extra": meta.extra,
+            "open_turns": meta.open_turns,
         }
     )
 
@@ -212,6 +213,7 @@ class StoreCore:
             boundary_offset=state.boundary_offset,
             boundary_sequence=state.boundary_sequence,
             meta=metadata_json(meta),
+            open_turns=len(meta.open_turns),
         )
 
     def put_rows(self, rows: Iterable[IndexRow]) -> None:

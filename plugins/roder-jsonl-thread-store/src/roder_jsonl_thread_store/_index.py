@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-INDEX_VERSION = 1
-"""The version of the index schema; an index of another version is rebuilt."""
+INDEX_VERSION = 2
+"""The version of the index schema; an index of another version is rebuilt (version 2 added
+``open_turns``, so an index of version 1 is rebuilt once, from the journals)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS threads (
@@ -40,9 +41,12 @@ CREATE TABLE IF NOT EXISTS threads (
     head_crc INTEGER NOT NULL,
     boundary_offset INTEGER NOT NULL,
     boundary_sequence INTEGER NOT NULL,
-    meta BLOB NOT NULL
+    meta BLOB NOT NULL,
+    open_turns INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS threads_by_update ON threads (updated_at_ms, thread_id);
+CREATE INDEX IF NOT EXISTS threads_open ON threads (updated_at_ms, thread_id)
+    WHERE open_turns > 0;
 CREATE TABLE IF NOT EXISTS info (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 """
 
@@ -60,6 +64,8 @@ class IndexRow:
     boundary_offset: int
     boundary_sequence: int
     meta: bytes
+    open_turns: int = 0
+    """How many turns of the journal are open (``ThreadMetadata.open_turns``)."""
 
     def values(self) -> tuple[Any, ...]:
         """Return the row's column values in table order."""
@@ -73,6 +79,7 @@ class IndexRow:
             self.boundary_offset,
             self.boundary_sequence,
             self.meta,
+            self.open_turns,
         )
 
 
@@ -194,11 +201,13 @@ class ThreadIndex:
             return
         with self._cursor() as db:
             if len(values) == 1:
-                db.execute("INSERT OR REPLACE INTO threads VALUES (?,?,?,?,?,?,?,?,?)", values[0])
+                db.execute("INSERT OR REPLACE INTO threads VALUES (?,?,?,?,?,?,?,?,?,?)", values[0])
                 return
             db.execute("BEGIN IMMEDIATE")
             try:
-                db.executemany("INSERT OR REPLACE INTO threads VALUES (?,?,?,?,?,?,?,?,?)", values)
+                db.executemany(
+                    "INSERT OR REPLACE INTO threads VALUES (?,?,?,?,?,?,?,?,?,?)", values
+                )
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
@@ -213,7 +222,8 @@ class ThreadIndex:
         with self._cursor() as db:
             cursor = db.execute(
                 "UPDATE threads SET updated_at_ms = ?, inode = ?, size = ?, lines = ?, "
-                "head_crc = ?, boundary_offset = ?, boundary_sequence = ?, meta = ? "
+                "head_crc = ?, boundary_offset = ?, boundary_sequence = ?, meta = ?, "
+                "open_turns = ? "
                 "WHERE thread_id = ? AND inode = ? AND size = ?",
                 (*row.values()[1:], row.thread_id, inode, size),
             )
@@ -244,7 +254,7 @@ class ThreadIndex:
             try:
                 db.execute("DELETE FROM threads")
                 db.executemany(
-                    "INSERT OR REPLACE INTO threads VALUES (?,?,?,?,?,?,?,?,?)",
+                    "INSERT OR REPLACE INTO threads VALUES (?,?,?,?,?,?,?,?,?,?)",
                     (row.values() for row in rows),
                 )
             except BaseException:
@@ -267,6 +277,17 @@ class ThreadIndex:
                     (before[0], before[1], limit),
                 )
             return [IndexRow(*row) for row in cursor.fetchall()]
+
+    def pending(self, updated_after_ms: int, limit: int) -> list[str]:
+        """Return the threads with an open turn updated at or after ``updated_after_ms``,
+        newest first (the partial index ``threads_open``)."""
+        with self._cursor() as db:
+            rows = db.execute(
+                "SELECT thread_id FROM threads WHERE open_turns > 0 AND updated_at_ms >= ? "
+                "ORDER BY updated_at_ms DESC, thread_id DESC LIMIT ?",
+                (updated_after_ms, limit),
+            ).fetchall()
+        return [row[0] for row in rows]
 
     def sizes(self) -> dict[str, tuple[int, int, int]]:
         """Return ``thread_id -> (inode, size, head_crc)`` for every row."""

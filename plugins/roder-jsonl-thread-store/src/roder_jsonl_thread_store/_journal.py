@@ -25,6 +25,7 @@ from roder_api.codec import from_dict
 from roder_api.errors import StoreError
 from roder_api.events import ItemCompleted, JournalEvent, UsageUpdated, is_boundary_event
 from roder_api.inference import TokenUsage
+from roder_api.storekit import TURN_EVENT_TAGS, TURN_EVENT_TYPES, turn_change
 from roder_api.threads import ThreadMetadata
 from roder_api.transcript import is_compaction_boundary
 from roder_jsonl_thread_store._format import FORMAT_VERSION, NEWLINE, BadLine, line_crc, parse_line
@@ -110,6 +111,7 @@ class _Fold:
         self.updated = meta.updated_at_ms if meta else 0
         self.title = meta.title if meta else None
         self.extra: Mapping[str, Any] = meta.extra if meta else {}
+        self.opened: tuple[str, ...] = meta.open_turns if meta else ()
         self.boundary_offset = state.boundary_offset if state else 0
         self.boundary_sequence = state.boundary_sequence if state else 0
         self.head_crc = state.head_crc if state else 0
@@ -125,6 +127,7 @@ class _Fold:
             usage=self.usage,
             item_count=self.items,
             last_sequence=self.last_seq,
+            open_turns=self.opened,
         )
 
     def add(self, record: dict[str, Any], offset: int, number: int, raw: bytes) -> str | None:
@@ -141,7 +144,10 @@ class _Fold:
                 return HEADER
             if self.thread_id is not None and base.thread_id != self.thread_id:
                 return HEADER
-            self.meta = replace(base, usage=TokenUsage(), item_count=0, last_sequence=0)
+            self.meta = replace(
+                base, usage=TokenUsage(), item_count=0, last_sequence=0, open_turns=()
+            )
+            self.opened = ()
             self.updated = base.updated_at_ms
             self.title, self.extra = base.title, base.extra
             self.head_crc = line_crc(raw)
@@ -163,6 +169,11 @@ class _Fold:
                     if raw_is_boundary(event):
                         self.boundary_offset = offset
                         self.boundary_sequence = seq + index
+                elif etype in TURN_EVENT_TAGS:
+                    try:
+                        self.opened = turn_change(self.opened, from_dict(event))
+                    except (ValueError, TypeError):
+                        return SEQUENCE
             self.last_seq = seq + len(events) - 1
             t = record.get("t")
             if isinstance(t, int) and t > self.updated:
@@ -334,9 +345,12 @@ def advance(state: JournalState, line: bytes, entries: Sequence[JournalEvent]) -
     usage = meta.usage
     items = meta.item_count
     updated = meta.updated_at_ms
+    opened = meta.open_turns
     for entry in entries:
         event = entry.event
-        if isinstance(event, UsageUpdated):
+        if type(event) in TURN_EVENT_TYPES:
+            opened = turn_change(opened, event)
+        elif isinstance(event, UsageUpdated):
             usage = usage + event.usage
         elif isinstance(event, ItemCompleted):
             items += 1
@@ -357,6 +371,7 @@ def advance(state: JournalState, line: bytes, entries: Sequence[JournalEvent]) -
             item_count=items,
             last_sequence=entries[-1].sequence,
             extra=meta.extra,
+            open_turns=opened,
             unknown_fields=meta.unknown_fields,
         )
     state.size += len(line)
@@ -381,4 +396,4 @@ def header_metadata(line: bytes) -> ThreadMetadata:
     base = from_dict(parse_line(line[:-1])["meta"])
     if not isinstance(base, ThreadMetadata):  # pragma: no cover - we encoded it just now
         raise StoreError("a create record that does not hold thread metadata")
-    return replace(base, usage=TokenUsage(), item_count=0, last_sequence=0)
+    return replace(base, usage=TokenUsage(), item_count=0, last_sequence=0, open_turns=())

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 import orjson
 
@@ -52,6 +52,8 @@ from roder_jsonl_thread_store._lines import read_events, read_turns
 from roder_jsonl_thread_store._locks import HAVE_FLOCK, ProcessLock, bury, dead_sessions
 
 _TAIL_LEN = len(LINE_END)
+
+T = TypeVar("T")
 
 SEEK_WINDOW = 16384
 """A binary search over a journal stops when the range is this many bytes; then it reads."""
@@ -376,14 +378,14 @@ class JournalReader:
         events = self.read(thread_id, first - 1, before, limit, "seek")
         return EventPage(tuple(events), first if first > 1 else None)
 
-    def list(self, cursor: str | None, limit: int) -> ThreadPage:
-        """Return a page of threads, newest update first, from the index."""
+    def _query(self, query: Callable[[], T]) -> T:
+        """Return ``query()`` of the index, caught up first (as fresh as a listing); an
+        unusable index is set aside and rebuilt from the journals, then asked again."""
         core = self.core
-        position = decode_cursor(cursor) if cursor else None
         self.ensure_ready()
         self.check_sessions(force=not HAVE_FLOCK)
         try:
-            rows = core.index.page(position, limit + 1)
+            return query()
         except IndexUnavailable as exc:
             if core.read_only:
                 raise StoreError(f"cannot read the JSONL index in memory: {exc}") from exc
@@ -391,7 +393,16 @@ class JournalReader:
                 self.set_index_aside(str(exc))
                 core.index.open()
                 self.catch_up()
-            rows = core.index.page(position, limit + 1)
+            return query()
+
+    def pending(self, updated_after_ms: int, limit: int) -> list[str]:
+        """Return the threads with an open turn, newest update first: one index query."""
+        return self._query(lambda: self.core.index.pending(updated_after_ms, limit))
+
+    def list(self, cursor: str | None, limit: int) -> ThreadPage:
+        """Return a page of threads, newest update first, from the index."""
+        position = decode_cursor(cursor) if cursor else None
+        rows = self._query(lambda: self.core.index.page(position, limit + 1))
         metas = [from_dict(loads_json(row.meta)) for row in rows[:limit]]
         more = len(rows) > limit
         last = metas[-1] if metas else None

@@ -209,6 +209,13 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
         """Return a page of threads from the index."""
         return self._reader.list(cursor, limit)
 
+    async def threads_with_pending_input(
+        self, *, updated_after_ms: int = 0, limit: int = 100
+    ) -> list[str]:
+        """Return the threads with an open turn: one query of the index's ``open_turns``
+        (see :meth:`ThreadStore.threads_with_pending_input`), caught up as a listing is."""
+        return await self.run_sync(self._reader.pending, updated_after_ms, limit)
+
     def delete_sync(self, thread_id: str) -> None:
         """Delete the journal and its index row."""
         self._writer.delete(thread_id)

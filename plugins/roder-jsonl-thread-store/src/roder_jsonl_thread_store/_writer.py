@@ -419,7 +419,7 @@ class JournalWriter:
         core.start_session()
         thread_id = metadata.thread_id
         path = core.journal_file(validate_thread_id(thread_id))
-        stored = replace(metadata, usage=TokenUsage(), item_count=0, last_sequence=0)
+        stored = replace(metadata, usage=TokenUsage(), item_count=0, last_sequence=0, open_turns=())
         check_value(stored, what="the thread's metadata")
         line = encode_record({"v": FORMAT_VERSION, "k": "create", "meta": to_dict(stored)})
         with core.guard(thread_id), contextlib.ExitStack() as held:

@@ -8,10 +8,36 @@ and the tools of a server that dies answer with error results (:class:`McpServer
 
 from __future__ import annotations
 
-from roder_mcp._connection import McpServerDown, ServerConnection
+from typing import TYPE_CHECKING, Any
+
 from roder_mcp._settings import McpSettingsError, ServerSettings
-from roder_mcp._tools import McpTool, to_output, tool_name
-from roder_mcp.plugin import start_servers
+
+if TYPE_CHECKING:
+    from roder_mcp._connection import McpServerDown, ServerConnection
+    from roder_mcp._tools import McpTool, to_output, tool_name
+    from roder_mcp.plugin import start_servers
+
+# The mcp SDK takes about a second to import: it is imported with the first name that needs
+# it, so that a turn without [mcp_servers] (the plugin is loaded for any turn's tools) does
+# not pay for it.
+_LATER = {
+    "McpServerDown": "roder_mcp._connection",
+    "ServerConnection": "roder_mcp._connection",
+    "McpTool": "roder_mcp._tools",
+    "to_output": "roder_mcp._tools",
+    "tool_name": "roder_mcp._tools",
+    "start_servers": "roder_mcp.plugin",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LATER.get(name)
+    if module is None:
+        raise AttributeError(f"module 'roder_mcp' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
 
 __version__ = "0.1.0"
 

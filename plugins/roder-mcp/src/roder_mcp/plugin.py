@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roder_api import hookimpl
 from roder_api.tools import Tool
-from roder_mcp._connection import McpServerDown, ServerConnection
 from roder_mcp._settings import McpSettingsError, ServerSettings
-from roder_mcp._tools import McpTool
+
+if TYPE_CHECKING:
+    from roder_mcp._tools import McpTool
 
 logger = logging.getLogger("roder_mcp")
 
@@ -25,6 +26,12 @@ def start_servers(
     does not start is left out, with its reason in the returned mapping (by server name).
     """
     settings = [ServerSettings.from_table(name, table) for name, table in tables.items()]
+    if not settings:
+        return [], {}
+    # The mcp SDK is imported only when a server is configured (about a second).
+    from roder_mcp._connection import McpServerDown, ServerConnection
+    from roder_mcp._tools import McpTool
+
     connections = [ServerConnection(s) for s in settings]
     failures: dict[str, str] = {}
     tools: list[McpTool] = []

@@ -25,7 +25,14 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from roder_api.errors import StoreError
-from roder_api.storekit import EventRow, RelationalThreadStore, close_on_fork, run_in_worker
+from roder_api.storekit import (
+    OPEN_TURNS_DDL,
+    EventRow,
+    RelationalThreadStore,
+    backfill_open_turns,
+    close_on_fork,
+    run_in_worker,
+)
 from roder_api.threads import ThreadLease, ThreadStoreFactory, validate_thread_id
 from roder_postgres_thread_store._leases import LEASE_SESSION_OPTIONS, AdvisoryLeases
 from roder_postgres_thread_store._notify import RECHECK_S, EventNotifier, channel_name
@@ -36,8 +43,11 @@ DSN_ENV = "RODER_POSTGRES_DSN"
 SCHEMA_PATTERN = re.compile(r"[a-z_][a-z0-9_]{0,62}", re.ASCII)
 """What a ``schema`` setting must match (a plain, unquoted PostgreSQL identifier)."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema version this code writes (kept in the ``roder_schema_version`` table)."""
+
+OPEN_TURNS_VERSION = 3
+"""The schema version that added the ``open_turns`` column (filled once when migrated)."""
 
 # Each entry migrates the schema from version ``index`` to ``index + 1``; never edit a
 # released entry, append a new one. Thread ids sort with COLLATE "C" (byte order) so that
@@ -76,6 +86,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    # The count of each thread's open turns, indexed where above zero: the store query of
+    # threads_with_pending_input. migrate_schema fills it for the threads already stored.
+    OPEN_TURNS_DDL,
 )
 
 # Transient conflicts after which a whole write transaction is simply run again: nothing of
@@ -215,18 +228,24 @@ class PostgresThreadStore(RelationalThreadStore):
             notifier = self._notifier = EventNotifier(self._connect_lease, self._channel)
             notifier.start()
         deadline = anyio.current_time() + max(0.0, timeout_s)
+        wakeups = self.append_wakeups
         while True:
-            woken = anyio.Event()
-            notifier.add(thread_id, woken)  # before the read: a commit after it wakes us
+            # Woken by an append of this process at once, or by a notification (any process);
+            # registered before the read: a commit after it wakes us.
+            waiter = wakeups.add(thread_id)
+            notifier.add(thread_id, waiter.event)
             try:
                 last = (await self.get_thread(thread_id)).last_sequence
                 left = deadline - anyio.current_time()
                 if last > after_sequence or left <= 0:
                     return last
                 with anyio.move_on_after(min(left, RECHECK_S)):
-                    await woken.wait()
+                    await waiter.event.wait()
+                if waiter.last > after_sequence:
+                    return waiter.last
             finally:
-                notifier.discard(thread_id, woken)
+                notifier.discard(thread_id, waiter.event)
+                wakeups.discard(thread_id, waiter)
 
     def close_sync(self) -> None:
         """Stop listening and close the connection pool (waiting for the calls in progress)."""
@@ -265,6 +284,10 @@ def migrate_schema(conn: psycopg.Connection[Any], schema: str) -> int:
         for index in range(found, SCHEMA_VERSION):
             for statement in MIGRATIONS[index]:
                 conn.execute(statement)
+            if index + 1 == OPEN_TURNS_VERSION:
+                backfill_open_turns(
+                    conn, sql=lambda text: text.replace("?", "%s"), encode_payload=bytes.decode
+                )
             conn.execute("INSERT INTO roder_schema_version (version) VALUES (%s)", (index + 1,))
     return found
 
@@ -374,13 +397,18 @@ class PostgresThreadStoreFactory(ThreadStoreFactory):
             options += " -c default_transaction_read_only=on"
         return options
 
-    def _open_sync(self, dsn: str) -> ConnectionPool:
+    def _open_sync(self, dsn: str) -> tuple[ConnectionPool, int]:
+        """Return the pool and the schema version it reads (older only when read-only)."""
         timeout = max(1, int(self.connect_timeout_s))
         with psycopg.connect(dsn, connect_timeout=timeout) as conn:
+            version = SCHEMA_VERSION
             if self.must_exist:
-                check_schema(conn, self.schema)
-            else:
+                version = check_schema(conn, self.schema)
+            if not self.must_exist or (not self.read_only and version < SCHEMA_VERSION):
+                # A store that writes needs the current schema (must_exist only refuses to
+                # create one); a read-only open reads an older one as it is.
                 migrate_schema(conn, self.schema)
+                version = SCHEMA_VERSION
         pool: ConnectionPool = ConnectionPool(
             dsn,
             min_size=self.min_size,
@@ -396,7 +424,7 @@ class PostgresThreadStoreFactory(ThreadStoreFactory):
         except BaseException:
             pool.close()
             raise
-        return pool
+        return pool, version
 
     def _lease_connector(self, dsn: str) -> Callable[[], psycopg.Connection[Any]]:
         timeout = max(1, int(self.connect_timeout_s))
@@ -416,19 +444,22 @@ class PostgresThreadStoreFactory(ThreadStoreFactory):
         dsn = self.resolved_dsn()
         where = f"{_redact(dsn)} schema {self.schema}"
         try:
-            pool = await run_in_worker(self._open_sync, dsn)
+            pool, version = await run_in_worker(self._open_sync, dsn)
         except (psycopg.Error, PoolTimeout) as exc:
             raise StoreError(
                 f"cannot open the PostgreSQL thread store at {where}: {exc}. Check that the "
                 "server is running and the DSN is right"
             ) from exc
-        return PostgresThreadStore(
+        store = PostgresThreadStore(
             pool,
             schema=self.schema,
             description=where,
             connect_lease=self._lease_connector(dsn),
             read_only=self.read_only,
         )
+        # A read-only open of an older schema has no open_turns column: it pages instead.
+        store.open_turns_column = version >= OPEN_TURNS_VERSION
+        return store
 
     def describe(self) -> str:
         """Return where the threads are stored (without the password)."""

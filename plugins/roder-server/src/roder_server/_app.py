@@ -22,8 +22,9 @@ from starlette.routing import BaseRoute, Route
 from roder_api.errors import RoderError
 from roder_api.threads import ThreadStore
 from roder_server._auth import DEFAULT_TENANT, BodyTooLarge, GuardMiddleware, parse_tokens
+from roder_server._dispatch import RunDispatcher
 from roder_server._openapi import openapi_document
-from roder_server._problems import Problem, from_error, problem_response
+from roder_server._problems import Problem, error_response, from_error
 from roder_server._protocol import ServerRuntime
 from roder_server._routes import ROUTES, json_response
 from roder_server._runs import Dispatcher
@@ -83,6 +84,7 @@ def create_app(
     tenants: Mapping[str, ServerRuntime] | None = None,
     tokens: Mapping[str, str] | None = None,
     routes: Sequence[BaseRoute] = (),
+    run_dispatcher: RunDispatcher | None = None,
 ) -> Starlette:
     """Return the ASGI app serving ``runtime`` (the contract of ``docs/serve.md``).
 
@@ -91,6 +93,9 @@ def create_app(
     tenant's); ``tokens`` maps token to tenant (default: read from ``tokens_env``; none:
     no authentication). The lifespan owns only what it opened: the sessions it starts for
     runs (closed on shutdown), never the runtimes.
+
+    ``run_dispatcher`` (None: in-process dispatch) schedules who answers each accepted run
+    instead of this process (``roder serve --dispatch temporal``; the caller owns it).
 
     ``routes`` are added after the contract's (the OpenAI-compatible surface): a handler
     reaches its tenant with ``request.app.state.server.for_request(request)`` (a
@@ -105,9 +110,8 @@ def create_app(
     owner = f"roder serve ({socket.gethostname()}:{os.getpid()})"
     server = ServerState(settings)
     for name, tenant_runtime in {DEFAULT_TENANT: runtime, **dict(tenants or {})}.items():
-        server.tenants[name] = TenantState(
-            tenant_runtime, Dispatcher(tenant_runtime, owner=owner), settings, owner, server
-        )
+        dispatcher = Dispatcher(tenant_runtime, owner=owner, remote=run_dispatcher, tenant=name)
+        server.tenants[name] = TenantState(tenant_runtime, dispatcher, settings, owner, server)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -189,21 +193,23 @@ def create_app(
 
 async def _on_problem(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, Problem)
-    return problem_response(exc)
+    return error_response(request.url.path, exc)
 
 
 async def _on_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     headers = dict(exc.headers or {})
-    return problem_response(Problem(exc.status_code, str(exc.detail), headers=headers))
+    problem = Problem(exc.status_code, str(exc.detail), headers=headers)
+    return error_response(request.url.path, problem)
 
 
 async def _on_error(request: Request, exc: Exception) -> Response:
-    return problem_response(from_error(exc))
+    return error_response(request.url.path, from_error(exc))
 
 
 async def _on_too_large(request: Request, exc: Exception) -> Response:
     limit = exc.args[0] if exc.args else "?"
-    return problem_response(
-        Problem(413, f"the request body is over {limit} bytes", error="InputTooLargeError")
+    return error_response(
+        request.url.path,
+        Problem(413, f"the request body is over {limit} bytes", error="InputTooLargeError"),
     )

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from roder_server._problems import Problem, problem_response
+from roder_server._problems import Problem, error_response
 
 DEFAULT_TENANT = ""
 """The tenant of a bare token (and of every request when no tokens are set)."""
@@ -88,12 +88,12 @@ class GuardMiddleware:
                     error="AuthenticationError",
                     headers={"WWW-Authenticate": "Bearer"},
                 )
-                await problem_response(problem)(scope, receive, send)
+                await error_response(scope["path"], problem)(scope, receive, send)
                 return
         scope = {**scope, "roder.tenant": tenant}
         declared = _content_length(scope)
         if declared is not None and declared > self.max_body_bytes:
-            await _too_large(self.max_body_bytes)(scope, receive, send)
+            await _too_large(scope["path"], self.max_body_bytes)(scope, receive, send)
             return
         await self.app(scope, _limited(receive, self.max_body_bytes), send)
 
@@ -108,13 +108,14 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-def _too_large(limit: int) -> Any:
-    return problem_response(
+def _too_large(path: str, limit: int) -> Any:
+    return error_response(
+        path,
         Problem(
             413,
             f"the request body is over {limit} bytes (max_body_bytes)",
             error="InputTooLargeError",
-        )
+        ),
     )
 
 

@@ -23,6 +23,12 @@ from roder_api.commands import Command, CommandContext
 from roder_api.errors import PluginSettingsError
 from roder_server._app import create_app
 from roder_server._auth import DEFAULT_TENANT, parse_tokens
+from roder_server._dispatch import (
+    INPROCESS,
+    RunDispatcher,
+    UnknownDispatcherError,
+    find_dispatcher,
+)
 from roder_server._settings import SETTINGS_ID, ServerSettings
 
 _TENANT = re.compile(r"[A-Za-z0-9_-]{1,64}", re.ASCII)
@@ -44,6 +50,11 @@ examples:
     parser.add_argument(
         "--workers", type=int, help="processes serving one store (default 1, or [server] workers)"
     )
+    parser.add_argument(
+        "--dispatch",
+        help="who answers accepted runs: inprocess (default, or [server] dispatch) or a "
+        "dispatcher plugin's id, such as temporal (roder-temporal)",
+    )
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)  # a worker's socket
 
 
@@ -63,7 +74,8 @@ async def run(args: argparse.Namespace, context: CommandContext) -> int:
     except PluginSettingsError as exc:
         print(f"roder serve: error: [server] {exc.setting}: {exc.reason}", file=sys.stderr)
         return 1
-    changes = {k: getattr(args, k) for k in ("host", "port", "workers") if getattr(args, k)}
+    keys = ("host", "port", "workers", "dispatch")
+    changes = {k: getattr(args, k) for k in keys if getattr(args, k)}
     if args.port == 0:
         changes["port"] = 0
     settings = replace(settings, **changes)
@@ -80,6 +92,12 @@ async def run(args: argparse.Namespace, context: CommandContext) -> int:
             file=sys.stderr,
         )
         return 2
+    if settings.dispatch != INPROCESS:
+        try:
+            find_dispatcher(settings.dispatch)
+        except UnknownDispatcherError as exc:
+            print(f"roder serve: error: {exc}", file=sys.stderr)
+            return 2
     bad = sorted(t for t in set(tokens.values()) if t and not _TENANT.fullmatch(t))
     if bad:
         print(f"roder serve: error: bad tenant name {bad[0]!r}", file=sys.stderr)
@@ -118,8 +136,17 @@ async def _serve(
 ) -> int:
     import uvicorn
 
-    async with _runtimes(context, tokens) as (runtime, tenants):
-        app = create_app(runtime, settings, tenants=tenants, tokens=tokens)
+    async with AsyncExitStack() as stack:
+        runtime, tenants = await stack.enter_async_context(open_tenant_runtimes(context, tokens))
+        remote: RunDispatcher | None = None
+        if settings.dispatch != INPROCESS:
+            factory = find_dispatcher(settings.dispatch)
+            owner = f"roder serve ({socket.gethostname()}:{os.getpid()})"
+            every = {DEFAULT_TENANT: runtime, **tenants}
+            remote = await stack.enter_async_context(
+                factory.open(context.plugin_settings, every, owner=owner)
+            )
+        app = create_app(runtime, settings, tenants=tenants, tokens=tokens, run_dispatcher=remote)
         config = uvicorn.Config(
             app,
             log_level="warning",
@@ -140,9 +167,16 @@ async def _serve(
 
 
 @asynccontextmanager
-async def _runtimes(
-    context: CommandContext, tokens: Mapping[str, str]
+async def open_tenant_runtimes(
+    context: CommandContext, tokens: Mapping[str, str] | None = None
 ) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+    """Open the default tenant's runtime and one per tenant named in ``tokens`` (each on
+    its own store namespace, :func:`tenant_store`); yield ``(runtime, {tenant: runtime})``
+    and close them all on exit. ``roder serve`` and dispatch workers open the same set.
+    ``tokens`` None: read them from ``[server] tokens_env``."""
+    if tokens is None:
+        settings = ServerSettings.from_table(context.plugin_settings.get(SETTINGS_ID))
+        tokens = parse_tokens(os.environ.get(settings.tokens_env))
     async with AsyncExitStack() as stack:
         runtime = await stack.enter_async_context(context.open_runtime())
         tenants: dict[str, Any] = {}
@@ -179,6 +213,7 @@ async def _supervise(sock: socket.socket, settings: ServerSettings, context: Com
         command += ["--config", context.config_path]
     command += ["serve", "--listen-fd", str(sock.fileno()), "--workers", "1"]
     command += ["--host", settings.host, "--port", str(settings.port)]
+    command += ["--dispatch", settings.dispatch]
     children = [
         await anyio.open_process(
             command, stdin=None, stdout=None, stderr=None, pass_fds=(sock.fileno(),)

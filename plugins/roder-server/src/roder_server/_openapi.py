@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from roder_api import __version__
+from roder_server.openai._openapi import openai_paths, openai_schemas
 
 _PROBLEM = {"$ref": "#/components/schemas/Problem"}
 _OBJ: dict[str, Any] = {"type": "object"}
@@ -35,6 +36,19 @@ _TURN_ID = {"name": "turn_id", "in": "path", "required": True, "schema": {"type"
 _CALL_ID = {"name": "call_id", "in": "path", "required": True, "schema": {"type": "string"}}
 _COMMON = (400, 401, 404, 413, 503)
 _META = {"$ref": "#/components/schemas/ThreadMetadata"}
+_ITEM = {"$ref": "#/components/schemas/Item"}
+_EVENT = {"$ref": "#/components/schemas/JournalEvent"}
+_USAGE = {"$ref": "#/components/schemas/TokenUsage"}
+_ITEM_TYPES = [
+    "user_message",
+    "assistant_message",
+    "reasoning",
+    "tool_call",
+    "tool_result",
+    "context_compaction",
+    "provider_metadata",
+]
+"""The transcript items' ``type`` tags (the codec's wire form)."""
 
 
 def openapi_document() -> dict[str, Any]:
@@ -60,13 +74,45 @@ def openapi_document() -> dict[str, Any]:
             "turn_id": {"type": "string"},
             "status": {"type": "string"},
             "reason": {"type": "string"},
-            "usage": _OBJ,
+            "usage": _USAGE,
+        },
+    }
+    engines = {
+        "type": "object",
+        "required": ["engines", "default"],
+        "properties": {
+            "engines": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["id", "default_model", "models"],
+                    "properties": {
+                        "id": {"type": "string"},
+                        "default_model": {"type": "string"},
+                        "models": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+            },
+            "default": {"type": "string"},
+        },
+    }
+    items = {
+        "type": "object",
+        "required": ["items"],
+        "properties": {"items": {"type": "array", "items": _ITEM}},
+    }
+    events = {
+        "type": "object",
+        "required": ["events", "last_sequence"],
+        "properties": {
+            "events": {"type": "array", "items": _EVENT},
+            "last_sequence": {"type": "integer", "minimum": 0},
         },
     }
     paths: dict[str, Any] = {
         "/healthz": {"get": {"responses": _json("alive", _OBJ)}},
         "/readyz": {"get": {"responses": {**_json("ready", _OBJ), **_problems(503)}}},
-        "/v1/engines": {"get": {"responses": {**_json("engines", _OBJ), **_problems(401)}}},
+        "/v1/engines": {"get": {"responses": {**_json("engines", engines), **_problems(401)}}},
         "/v1/threads": {
             "get": {
                 "parameters": [
@@ -119,7 +165,7 @@ def openapi_document() -> dict[str, Any]:
                 "parameters": [
                     {"name": "view", "in": "query", "schema": {"enum": ["replay", "all"]}}
                 ],
-                "responses": {**_json("items", _OBJ), **_problems(*_COMMON)},
+                "responses": {**_json("items", items), **_problems(*_COMMON)},
             },
         },
         "/v1/threads/{thread_id}/events": {
@@ -129,7 +175,7 @@ def openapi_document() -> dict[str, Any]:
                     {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0}},
                     {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1}},
                 ],
-                "responses": {**_json("events", _OBJ), **_problems(*_COMMON)},
+                "responses": {**_json("events", events), **_problems(*_COMMON)},
             },
         },
         "/v1/threads/{thread_id}/stream": {
@@ -193,6 +239,7 @@ def openapi_document() -> dict[str, Any]:
             },
         },
     }
+    paths.update(openai_paths())
     return {
         "openapi": "3.1.0",
         "info": {"title": "roder serve", "version": __version__},
@@ -220,12 +267,53 @@ def openapi_document() -> dict[str, Any]:
                         "created_at_ms": {"type": "integer"},
                         "updated_at_ms": {"type": "integer"},
                         "title": {"type": ["string", "null"]},
-                        "usage": _OBJ,
+                        "usage": _USAGE,
                         "item_count": {"type": "integer"},
                         "last_sequence": {"type": "integer"},
                         "extra": _OBJ,
+                        "open_turns": {"type": "array", "items": {"type": "string"}},
                     },
                 },
+                "TokenUsage": {
+                    "type": "object",
+                    "required": ["type"],
+                    "properties": {
+                        "type": {"const": "token_usage"},
+                        "prompt_tokens": {"type": "integer", "minimum": 0},
+                        "completion_tokens": {"type": "integer", "minimum": 0},
+                        "total_tokens": {"type": "integer", "minimum": 0},
+                    },
+                },
+                "Item": {
+                    "type": "object",
+                    "description": "a transcript item, the codec's wire form",
+                    "required": ["type"],
+                    "properties": {
+                        "type": {"enum": _ITEM_TYPES},
+                        "text": {"type": "string"},
+                        "id": {"type": "string"},
+                        "name": {"type": "string"},
+                    },
+                },
+                "JournalEvent": {
+                    "type": "object",
+                    "description": "one journal event, as `roder threads export` writes it",
+                    "required": ["type", "sequence", "recorded_at_ms", "event"],
+                    "properties": {
+                        "type": {"const": "journal_event"},
+                        "sequence": {"type": "integer", "minimum": 1},
+                        "recorded_at_ms": {"type": "integer"},
+                        "event": {
+                            "type": "object",
+                            "required": ["type"],
+                            "properties": {
+                                "type": {"type": "string"},
+                                "turn_id": {"type": "string"},
+                            },
+                        },
+                    },
+                },
+                **openai_schemas(),
                 "ThreadPage": {
                     "type": "object",
                     "required": ["threads", "next_cursor"],

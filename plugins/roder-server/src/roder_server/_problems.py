@@ -1,4 +1,5 @@
-"""Errors as ``application/problem+json`` (RFC 9457) with Roder's error class in ``error``."""
+"""Errors as ``application/problem+json`` (RFC 9457) with Roder's error class in ``error``
+(and, on the OpenAI-compatible routes, in the OpenAI error shape: :func:`error_response`)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,43 @@ def problem_response(problem: Problem) -> Response:
         orjson.dumps(body),
         status_code=problem.status,
         media_type=PROBLEM_TYPE,
+        headers=problem.headers,
+    )
+
+
+OPENAI_PREFIXES = ("/v1/responses", "/v1/conversations", "/v1/models")
+"""The paths of the OpenAI-compatible surface (and everything under them)."""
+
+_OPENAI_CODES = {
+    "AuthenticationError": "invalid_api_key",
+    "InputTooLargeError": "request_too_large",
+}
+
+
+def is_openai_path(path: str) -> bool:
+    """Return True for a path of the OpenAI-compatible surface."""
+    return any(path == p or path.startswith(p + "/") for p in OPENAI_PREFIXES)
+
+
+def error_response(path: str, problem: Problem) -> Response:
+    """Return the answer of ``problem`` to a request for ``path``: problem+json, or on the
+    OpenAI routes ``{"error": {"message", "type", "param", "code"}}`` (what the ``openai``
+    SDK and other clients of that API parse), with the same status and headers."""
+    if not is_openai_path(path):
+        return problem_response(problem)
+    kind = "invalid_request_error" if problem.status < 500 else "server_error"
+    body = {
+        "error": {
+            "message": problem.detail,
+            "type": kind,
+            "param": None,
+            "code": _OPENAI_CODES.get(problem.error),
+        }
+    }
+    return Response(
+        orjson.dumps(body),
+        status_code=problem.status,
+        media_type="application/json",
         headers=problem.headers,
     )
 

@@ -36,6 +36,7 @@ class ServerSession(Protocol):
         steer: bool = False,
         client_tools: Sequence[ToolSpec] = (),
         tool_results: Sequence[ToolResultRecord] = (),
+        instructions: str | None = None,
     ) -> str:
         """Submit input (accepted once it returns); return its turn id."""
         ...

@@ -36,6 +36,7 @@ from roder_api.events import (
 from roder_api.inference import TokenUsage, ToolSpec
 from roder_api.threads import ThreadStore
 from roder_api.transcript import ToolResultRecord
+from roder_server._dispatch import AcceptedRun, RunDispatcher
 from roder_server._problems import Problem
 from roder_server._protocol import ServerRuntime, ServerSession
 
@@ -138,11 +139,25 @@ class Dispatcher:
     Start it with ``await task_group.start(dispatcher.run)`` (the app's lifespan does);
     cancelling that task group closes every session, each turn ending by the session's
     close rules (accepted input that was not answered stays journaled for the next holder).
+
+    With a ``remote`` :class:`~roder_server.RunDispatcher` (``roder serve --dispatch
+    temporal``) this process holds no session: it journals each run's input (and approval
+    decisions), then hands the run to ``remote``, which schedules who answers it and sweeps
+    for input nobody answers. ``tenant`` names the tenant this dispatcher serves.
     """
 
-    def __init__(self, runtime: ServerRuntime, *, owner: str) -> None:
+    def __init__(
+        self,
+        runtime: ServerRuntime,
+        *,
+        owner: str,
+        remote: RunDispatcher | None = None,
+        tenant: str = "",
+    ) -> None:
         self.runtime = runtime
         self.owner = owner
+        self.remote = remote
+        self.tenant = tenant
         self._held: dict[str, _Held] = {}
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -151,6 +166,8 @@ class Dispatcher:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             task_status.started()
+            if self.remote is not None:
+                await anyio.sleep_forever()  # the remote dispatcher sweeps
             await self._pick_up(since_ms=0)
             while True:
                 await anyio.sleep(_SWEEP_S)
@@ -188,8 +205,12 @@ class Dispatcher:
         tools: Sequence[str] | None = None,
         client_tools: Sequence[ToolSpec] = (),
         tool_results: Sequence[ToolResultRecord] = (),
+        instructions: str | None = None,
     ) -> tuple[str, str]:
         """Accept a run; return ``(turn_id, status)`` once its input is journaled.
+
+        ``instructions`` replace the configured ones for this turn; like client tools they
+        live in the session that runs it (503 while another process holds the thread).
 
         Raise :class:`Problem` 409 for ``reject`` while a turn runs, 413 over
         ``max_input_bytes``, 429 when the thread's queue is full.
@@ -208,17 +229,26 @@ class Dispatcher:
             held = await self._hold(thread_id, engine, model, chosen)
             session = held.session
             if session is None:
-                if client_tools or tool_results:
+                if client_tools or tool_results or instructions is not None:
+                    if self.remote is not None:
+                        raise Problem(
+                            501,
+                            "client tools and instructions need the in-process dispatch "
+                            "(roder serve --dispatch inprocess)",
+                        )
                     raise Problem(
                         503,
-                        "another server process holds this thread; client tools need it here",
+                        "another server process holds this thread; client tools and "
+                        "instructions need it here",
                         headers={"Retry-After": "1"},
                     )
-                return await self._journal_input(thread_id, text, turn_id, multitask)
+                accepted = await self._journal_input(thread_id, text, turn_id, multitask)
+                await self._dispatch(thread_id, accepted[0])
+                return accepted
             held.in_flight += 1
             try:
                 return await self._submit_here(
-                    session, text, turn_id, multitask, client_tools, tool_results
+                    session, text, turn_id, multitask, client_tools, tool_results, instructions
                 )
             except StoppedError:
                 continue  # it closed meanwhile: open another
@@ -238,6 +268,7 @@ class Dispatcher:
         multitask: str,
         client_tools: Sequence[ToolSpec] = (),
         tool_results: Sequence[ToolResultRecord] = (),
+        instructions: str | None = None,
     ) -> tuple[str, str]:
         running = session.running_turn_id
         if running is not None:
@@ -254,7 +285,11 @@ class Dispatcher:
                 session.interrupt(running)
         busy = running is not None or not session.idle
         accepted = await session.submit_input(
-            text, turn_id=turn_id, client_tools=client_tools, tool_results=tool_results
+            text,
+            turn_id=turn_id,
+            client_tools=client_tools,
+            tool_results=tool_results,
+            instructions=instructions,
         )
         return accepted, "queued" if busy else "running"
 
@@ -275,6 +310,14 @@ class Dispatcher:
                 )
         await store.append_events(thread_id, [InputAccepted(turn_id, text)])
         return turn_id, "queued"
+
+    async def _dispatch(self, thread_id: str, turn_id: str) -> None:
+        if self.remote is None:
+            return  # the lease holder's session follows the journal and answers it
+        with contextlib.suppress(Exception):
+            # Accepted is journaled: a run not scheduled now is found by the remote
+            # dispatcher's sweep of threads with unanswered input.
+            await self.remote.dispatch(AcceptedRun(self.tenant, thread_id, turn_id))
 
     # --- interrupting, approving ----------------------------------------------------------
 
@@ -317,6 +360,10 @@ class Dispatcher:
         model: str | None,
         tools: tuple[str, ...] | None,
     ) -> _Held:
+        if self.remote is not None:
+            elsewhere = _Held(engine, model, tools)
+            elsewhere.closing = True  # a session is never held here: runs are dispatched
+            return elsewhere
         held = self._held.get(thread_id)
         if held is not None and not held.closing:
             await held.ready.wait()

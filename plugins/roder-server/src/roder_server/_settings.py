@@ -19,7 +19,9 @@ class ServerSettings:
     ``max_body_bytes`` bounds a request body (413 beyond), ``max_streams`` the open
     streams of one process (503 beyond), ``heartbeat_s`` the keepalive period of a stream,
     ``tokens_env`` the variable that holds the bearer tokens (``tok`` or ``tok=tenant``,
-    comma-separated), ``cors_origins`` the origins allowed by CORS (none: CORS off).
+    comma-separated), ``cors_origins`` the origins allowed by CORS (none: CORS off),
+    ``dispatch`` who answers accepted runs (``inprocess``, or a dispatcher plugin's id such
+    as ``temporal``; docs/serve.md).
     """
 
     host: str = "127.0.0.1"
@@ -30,6 +32,7 @@ class ServerSettings:
     heartbeat_s: float = 15.0
     tokens_env: str = "RODER_SERVER_TOKENS"
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
+    dispatch: str = "inprocess"
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any] | None) -> ServerSettings:
@@ -50,7 +53,7 @@ def _check(key: str, value: Any) -> Any:
     def bad(expected: str) -> PluginSettingsError:
         return PluginSettingsError(SETTINGS_ID, key, f"expected {expected}, got {value!r}")
 
-    if key in ("host", "tokens_env"):
+    if key in ("host", "tokens_env", "dispatch"):
         if not isinstance(value, str) or not value:
             raise bad("a non-empty string")
         return value

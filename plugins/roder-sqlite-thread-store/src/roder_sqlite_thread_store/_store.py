@@ -18,11 +18,20 @@ from pathlib import Path
 from urllib.parse import quote
 
 from roder_api.errors import StoreError
-from roder_api.storekit import FileLeases, RelationalThreadStore, run_in_worker
+from roder_api.storekit import (
+    OPEN_TURNS_DDL,
+    FileLeases,
+    RelationalThreadStore,
+    backfill_open_turns,
+    run_in_worker,
+)
 from roder_api.threads import ThreadLease, ThreadStoreFactory, validate_thread_id
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema version this code writes (kept in ``PRAGMA user_version``)."""
+
+OPEN_TURNS_VERSION = 2
+"""The schema version that added the ``open_turns`` column (filled once when migrated)."""
 
 # Each entry migrates the schema from version ``index`` to ``index + 1``; never edit a
 # released entry, append a new one.
@@ -48,6 +57,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ) WITHOUT ROWID
         """,
     ),
+    # The count of each thread's open turns, indexed where above zero: the store query of
+    # threads_with_pending_input. _migrate fills it for the threads already stored.
+    OPEN_TURNS_DDL,
 )
 
 DURABILITY_MODES: Mapping[str, str] = {
@@ -231,6 +243,8 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
         for index in range(version, SCHEMA_VERSION):
             for statement in MIGRATIONS[index]:
                 conn.execute(statement)
+            if index + 1 == OPEN_TURNS_VERSION:
+                backfill_open_turns(conn)
             # PRAGMA takes no parameters; the value is our own integer.
             conn.execute(f"PRAGMA user_version = {index + 1}")
         conn.execute("COMMIT")
@@ -287,7 +301,9 @@ class SqliteThreadStoreFactory(ThreadStoreFactory):
         if self.read_only:
             store.warm()
             with store.read_transaction() as conn:
-                _check_version(conn, self.path)
+                # An older schema is read as it is (nothing migrated): no open_turns column
+                # then, so threads_with_pending_input pages through the journals.
+                store.open_turns_column = _check_version(conn, self.path) >= OPEN_TURNS_VERSION
                 tables = conn.execute(
                     "SELECT count(*) FROM sqlite_master WHERE name = 'roder_threads'"
                 ).fetchone()[0]

@@ -15,7 +15,8 @@ them again:
   once on their way to disk (:func:`payloads_of` takes them, or encodes);
 - :class:`FileLeases`: thread leases as OS file locks (released when the holder dies);
 - :class:`RepairableThreadStore`: what a store implements for ``roder fsck``;
-- the fold of a journal into metadata (:func:`fold_metadata`) and into turns
+- the fold of a journal into metadata (:func:`fold_metadata`, its open turns
+  :func:`open_turns_after` / :func:`turn_change`) and into turns
   (:class:`TurnFold`, :func:`turns_from_events`), the one rule for where
   replay starts (:func:`replay_start`, :func:`last_boundary_sequence`), listing cursors
   and pages, and the argument checks every store shares (:func:`check_expected` for the
@@ -28,6 +29,7 @@ See ``docs/writing-a-thread-store.md``.
 
 from __future__ import annotations
 
+from roder_api._store_waits import TURN_EVENT_TAGS, TURN_EVENT_TYPES, turn_change
 from roder_api._thread_contract import UNSET, TurnFold
 from roder_api.storekit._blocking import BlockingThreadStore
 from roder_api.storekit._checks import (
@@ -50,12 +52,14 @@ from roder_api.storekit._file_leases import FileLeases
 from roder_api.storekit._fold import (
     fold_metadata,
     last_boundary_sequence,
+    open_turns_after,
     replay_after,
     replay_start,
     turns_from_events,
 )
 from roder_api.storekit._fork_guard import close_on_fork, forget_on_fork
 from roder_api.storekit._group_commit import GroupCommit
+from roder_api.storekit._open_turns import OPEN_TURNS_DDL, PENDING_QUERY, backfill_open_turns
 from roder_api.storekit._relational import RelationalThreadStore
 from roder_api.storekit._repairable import CheckReport, RepairableThreadStore, RepairReport
 from roder_api.storekit._settings import StoreSettings
@@ -69,16 +73,21 @@ __all__ = [
     "EventRow",
     "FileLeases",
     "GroupCommit",
+    "OPEN_TURNS_DDL",
+    "PENDING_QUERY",
     "RelationalThreadStore",
     "RepairReport",
     "RepairableThreadStore",
     "SqlConnection",
     "StoreSettings",
+    "TURN_EVENT_TAGS",
+    "TURN_EVENT_TYPES",
     "ThreadRow",
     "TurnFold",
     "UNSET",
     "WorkerCall",
     "WriteBatch",
+    "backfill_open_turns",
     "check_complete",
     "check_consecutive",
     "check_continues",
@@ -92,12 +101,14 @@ __all__ = [
     "last_boundary_sequence",
     "listing_key",
     "metadata_changes",
+    "open_turns_after",
     "payloads_of",
     "replay_after",
     "replay_start",
     "run_in_worker",
     "start_in_worker",
     "thread_page",
+    "turn_change",
     "turns_from_events",
     "validate_expected",
 ]

@@ -263,7 +263,10 @@ class BlockingThreadStore(ThreadStore):
             return []
         payloads = payloads_of(events)  # the recorder's bytes when it made them
         self.check_open()
-        return await self.submit_append(thread_id, list(events), payloads, expected)
+        entries = await self.submit_append(thread_id, list(events), payloads, expected)
+        if entries:
+            self.notify_appended(thread_id, entries[-1].sequence)
+        return entries
 
     async def import_events(self, thread_id: str, entries: Sequence[JournalEvent]) -> None:
         """Append journal events verbatim, atomically."""
@@ -274,6 +277,7 @@ class BlockingThreadStore(ThreadStore):
         check_consecutive(thread_id, entries)
         payloads = dumps_each([entry.event for entry in entries])
         await self.run_sync(self.import_sync, thread_id, list(entries), payloads)
+        self.notify_appended(thread_id, entries[-1].sequence)
 
     async def read_events(
         self, thread_id: str, *, after: int = 0, limit: int | None = None

@@ -11,16 +11,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from roder_api._store_waits import TURN_EVENT_TYPES, open_turns_after, turn_change
 from roder_api._thread_contract import ThreadMetadata, Turn, TurnFold, replay_start
 from roder_api.events import ItemCompleted, JournalEvent, UsageUpdated, is_boundary_event
 
 
 def fold_metadata(metadata: ThreadMetadata, entries: Iterable[JournalEvent]) -> ThreadMetadata:
-    """Return ``metadata`` advanced over journal ``entries`` (usage, counts, times)."""
+    """Return ``metadata`` advanced over journal ``entries`` (usage, counts, times, open
+    turns)."""
     usage = metadata.usage
     item_count = metadata.item_count
     last_sequence = metadata.last_sequence
     updated = metadata.updated_at_ms
+    opened = metadata.open_turns
+    turn_events = TURN_EVENT_TYPES
     changed = False
     for entry in entries:
         changed = True
@@ -29,6 +33,8 @@ def fold_metadata(metadata: ThreadMetadata, entries: Iterable[JournalEvent]) -> 
             usage = usage + event.usage
         elif isinstance(event, ItemCompleted):
             item_count += 1
+        elif type(event) in turn_events:
+            opened = turn_change(opened, event)
         last_sequence = entry.sequence
         if entry.recorded_at_ms > updated:
             updated = entry.recorded_at_ms
@@ -40,6 +46,7 @@ def fold_metadata(metadata: ThreadMetadata, entries: Iterable[JournalEvent]) -> 
         item_count=item_count,
         last_sequence=last_sequence,
         updated_at_ms=updated,
+        open_turns=opened,
     )
 
 
@@ -72,6 +79,7 @@ def replay_after(boundary_sequence: int) -> int:
 
 __all__ = [
     "fold_metadata",
+    "open_turns_after",
     "last_boundary_sequence",
     "replay_after",
     "replay_start",

@@ -29,6 +29,7 @@ from roder_api.storekit._checks import check_complete
 from roder_api.storekit._cursors import decode_cursor, event_page, thread_page
 from roder_api.storekit._fold import replay_after
 from roder_api.storekit._group_commit import GroupCommit
+from roder_api.storekit._open_turns import PENDING_QUERY
 from roder_api.storekit._write_batch import EventRow, SqlConnection, WriteBatch
 
 T = TypeVar("T")
@@ -58,6 +59,11 @@ class RelationalThreadStore(BlockingThreadStore):
     ``max_write_attempts`` (how often a write transaction is run again after an error
     :meth:`is_retryable` accepts; nothing of a failed attempt was committed).
     """
+
+    open_turns_column: bool = True
+    """False when the schema predates the ``open_turns`` column (a read-only open of an
+    old store, which may not migrate it): :meth:`threads_with_pending_input` then pages
+    through the journals, as the default does."""
 
     placeholder: ClassVar[str] = "?"
     row_lock: ClassVar[str] = ""
@@ -304,6 +310,23 @@ class RelationalThreadStore(BlockingThreadStore):
         with self.read_transaction() as conn:
             rows = conn.execute(self.sql(query + order), params).fetchall()
         return thread_page([loads(raw) for (raw,) in rows], limit)
+
+    async def threads_with_pending_input(
+        self, *, updated_after_ms: int = 0, limit: int = 100
+    ) -> list[str]:
+        """Return the threads with an open turn: one query of the ``open_turns`` column's
+        partial index (see :meth:`ThreadStore.threads_with_pending_input`)."""
+        if not self.open_turns_column:
+            return await super().threads_with_pending_input(
+                updated_after_ms=updated_after_ms, limit=limit
+            )
+        return await self.run_sync(self.pending_sync, updated_after_ms, limit)
+
+    def pending_sync(self, updated_after_ms: int, limit: int) -> list[str]:
+        """Return the ids of threads with an open turn, newest update first."""
+        with self.read_transaction() as conn:
+            rows = conn.execute(self.sql(PENDING_QUERY), (updated_after_ms, limit)).fetchall()
+        return [str(thread_id) for (thread_id,) in rows]
 
     def size_sync(self, thread_id: str) -> int:
         """Return the bytes of the thread's metadata and events as stored."""

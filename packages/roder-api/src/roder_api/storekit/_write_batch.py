@@ -130,7 +130,7 @@ class WriteBatch:
 
     def create(self, metadata: ThreadMetadata) -> ThreadMetadata:
         """Insert a thread's row; ``ThreadExistsError`` when the id is taken."""
-        stored = replace(metadata, usage=TokenUsage(), item_count=0, last_sequence=0)
+        stored = replace(metadata, usage=TokenUsage(), item_count=0, last_sequence=0, open_turns=())
         raw = dumps(stored)
         thread_id = stored.thread_id
         if self.rows.get(thread_id) is not None:
@@ -170,7 +170,7 @@ class WriteBatch:
         """Write every changed row: its new events, then its folded metadata."""
         update = self._sql(
             "UPDATE roder_threads SET updated_at_ms = ?, last_sequence = ?, "
-            "boundary_sequence = ?, metadata = ? WHERE thread_id = ?"
+            "boundary_sequence = ?, metadata = ?, open_turns = ? WHERE thread_id = ?"
         )
         for thread_id, row in self.rows.items():
             if row is None or not row.dirty:
@@ -185,6 +185,7 @@ class WriteBatch:
                     row.last_sequence,
                     row.boundary_sequence,
                     self._encode(dumps(row.metadata)),
+                    len(row.metadata.open_turns),
                     thread_id,
                 ),
             )

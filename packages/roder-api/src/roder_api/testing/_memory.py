@@ -147,7 +147,7 @@ class MemoryThreadStore(ThreadStore):
     async def create_thread(self, metadata: ThreadMetadata) -> ThreadMetadata:
         """Create a thread; raise ``ThreadExistsError`` when the id is taken."""
         await self._enter("create_thread", metadata.thread_id)
-        stored = replace(metadata, usage=TokenUsage(), item_count=0, last_sequence=0)
+        stored = replace(metadata, usage=TokenUsage(), item_count=0, last_sequence=0, open_turns=())
         raw = dumps(stored)
         with self.data.lock:
             if stored.thread_id in self.data.threads:
@@ -202,6 +202,7 @@ class MemoryThreadStore(ThreadStore):
             now = _now_ms()
             entries = [JournalEvent(last + 1 + i, now, e) for i, e in enumerate(events)]
             self._commit(thread, entries, payloads)
+        self.notify_appended(thread_id, entries[-1].sequence)
         return entries
 
     async def import_events(self, thread_id: str, entries: Sequence[JournalEvent]) -> None:
@@ -220,6 +221,7 @@ class MemoryThreadStore(ThreadStore):
                     thread_id, thread.last_sequence + 1, entries[0].sequence
                 )
             self._commit(thread, entries, payloads)
+        self.notify_appended(thread_id, entries[-1].sequence)
 
     async def read_events(
         self, thread_id: str, *, after: int = 0, limit: int | None = None

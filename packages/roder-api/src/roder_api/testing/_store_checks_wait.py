@@ -47,6 +47,29 @@ class WaitChecks(ProcessChecks):
             await store.append_events(tid, [user_item("a"), user_item("b")])
         assert seen and seen[0] - appended < _WAKE_S
 
+    async def test_wait_for_events_is_woken_by_an_append_here_not_by_the_poll(
+        self, thread_store: ThreadStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An append through the same store object in this process wakes a waiter at once
+        (``notify_appended``), not at its next poll: with the poll's pauses at two minutes,
+        the waiter still returns within seconds, with the new last sequence."""
+        store = thread_store
+        monkeypatch.setattr(store, "wait_poll_s", (120.0, 120.0))
+        tid = (await store.create_thread(make_metadata())).thread_id
+        waited: list[float] = []
+
+        async def wait() -> None:
+            started = anyio.current_time()
+            assert await store.wait_for_events(tid, 0, 90.0) == 1
+            waited.append(anyio.current_time() - started)
+
+        with anyio.fail_after(100):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                await anyio.sleep(0.5)  # the waiter has read the last sequence and sleeps
+                await store.append_events(tid, [user_item("a")])
+        assert waited and waited[0] < 30.0, f"woken after {waited[0]:.1f} s: by the poll"
+
     async def test_wait_for_events_on_a_missing_thread(self, thread_store: ThreadStore) -> None:
         """Waiting on a thread that does not exist raises ``ThreadNotFoundError``."""
         with pytest.raises(ThreadNotFoundError):

@@ -37,6 +37,7 @@ from roder_api.testing._kit_support import (
 from roder_api.testing._store_checks_conditional import ConditionalAppendChecks
 from roder_api.testing._store_checks_damage import DamageChecks
 from roder_api.testing._store_checks_journal import JournalChecks
+from roder_api.testing._store_checks_pending import PendingInputChecks
 from roder_api.testing._store_checks_processes import ProcessChecks
 from roder_api.testing._store_checks_threads import ThreadChecks
 from roder_api.testing._store_checks_wait import WaitChecks
@@ -47,6 +48,7 @@ class ThreadStoreConformance(
     ThreadChecks,
     ConditionalAppendChecks,
     WaitChecks,
+    PendingInputChecks,
     ProcessChecks,
     DamageChecks,
     ThreadStoreValueConformance,

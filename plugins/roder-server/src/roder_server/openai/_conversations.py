@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,8 +10,10 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
+from roder_api.events import ItemCompleted
 from roder_api.inference import InferenceProviderContext
-from roder_server.openai._convert import bad_request, model_json
+from roder_api.threads import ThreadStore
+from roder_server.openai._convert import bad_request, message_items, model_json
 from roder_server.openai._http import _body, _conversation_id, _items_of, _json, _list, _tenant
 
 # --- conversations ----------------------------------------------------------------------
@@ -31,10 +34,21 @@ async def create_conversation(request: Request) -> Response:
     metadata = body.get("metadata") or {}
     if not isinstance(metadata, Mapping):
         raise bad_request("'metadata' must be an object", "metadata")
-    if body.get("items"):
-        raise bad_request("initial 'items' are not supported; send them as input", "items")
-    created = await _tenant(request).runtime.create_thread(extra={"metadata": dict(metadata)})
+    items = message_items(body["items"]) if body.get("items") is not None else []
+    tenant = _tenant(request)
+    created = await tenant.runtime.create_thread(extra={"metadata": dict(metadata)})
+    if items:
+        with anyio.CancelScope(shield=True):  # a client that leaves gets all or nothing
+            await _append_items(await tenant.store(), created.thread_id, items)
     return _json(_conversation_json(created))
+
+
+async def _append_items(store: ThreadStore, thread_id: str, items: list[Any]) -> list[Any]:
+    """Append ``items`` to the thread as completed items of a turn of their own (one atomic
+    batch, no model call); return their conversation items."""
+    turn_id = f"{thread_id}.i{uuid.uuid4().hex[:20]}"
+    entries = await store.append_events(thread_id, [ItemCompleted(turn_id, i) for i in items])
+    return _items_of(entries, turn_id)
 
 
 async def get_conversation(request: Request) -> Response:
@@ -75,11 +89,12 @@ async def conversation_items(request: Request) -> Response:
 
 async def add_conversation_items(request: Request) -> Response:
     thread_id = _conversation_id(request.path_params["conversation_id"])
-    raise bad_request(
-        f"adding items to conversation {thread_id!r} directly is not supported: send them as "
-        "the input of a response",
-        "items",
-    )
+    items = message_items((await _body(request)).get("items"))
+    store = await _tenant(request).store()
+    await store.get_thread(thread_id)
+    with anyio.CancelScope(shield=True):  # a client that leaves gets all or nothing
+        added = await _append_items(store, thread_id, items)
+    return _json(_list(added))
 
 
 # --- models -----------------------------------------------------------------------------

@@ -103,7 +103,8 @@ def _content_text(content: Any, param: str) -> str:
         texts: list[str] = []
         for index, part in enumerate(content):
             where = f"{param}[{index}]"
-            if not isinstance(part, Mapping) or part.get("type") not in ("input_text", "text"):
+            kinds = ("input_text", "output_text", "text")
+            if not isinstance(part, Mapping) or part.get("type") not in kinds:
                 kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
                 raise bad_request(f"content part of type {kind!r} is not supported", where)
             text = part.get("text")
@@ -169,6 +170,30 @@ def parse_input(value: Any) -> ParsedInput:
             raise bad_request(f"input items of type {kind!r} are not supported", f"{where}.type")
     text = "\n\n".join(texts) if texts else None
     return ParsedInput(text=text, outputs=tuple(outputs), approvals=tuple(approvals))
+
+
+def message_items(value: Any, param: str = "items") -> list[TranscriptItem]:
+    """Return the transcript items of a conversation's new ``items`` (user and assistant
+    messages, content a string or text parts), or raise :class:`OpenAIError` naming one."""
+    if not isinstance(value, list) or not value:
+        raise bad_request(f"'{param}' must be a non-empty list of message items", param)
+    items: list[TranscriptItem] = []
+    for index, item in enumerate(value):
+        where = f"{param}[{index}]"
+        if not isinstance(item, Mapping) or item.get("type", "message") != "message":
+            raise bad_request("only 'message' items can be added", where)
+        text = _content_text(item.get("content"), f"{where}.content")
+        role = item.get("role")
+        if role == "user":
+            items.append(UserMessage(text))
+        elif role == "assistant":
+            items.append(AssistantMessage(text))
+        else:
+            raise bad_request(
+                f"a {role!r} message cannot be added: only 'user' and 'assistant' messages",
+                f"{where}.role",
+            )
+    return items
 
 
 def split_model(model: Any, engines: Sequence[str], default_engine: str) -> tuple[str, str]:

@@ -62,10 +62,10 @@ EXTRA_KEY = "openai_responses"
 
 _PAGE = 512
 _LOCKS = [anyio.Lock() for _ in range(64)]
-_WAIT_S = 0.05
-"""How long one wait for new events lasts while a response runs: short, because the
-default ``wait_for_events`` poll grows its pause the longer it waits (measured: 5 s waits
-added ~70 ms to the first delta, 0.05 s ~39 ms; benchmarks/openai_bench.py)."""
+_WAIT_S = 5.0
+"""The deadline of one wait for new events while a response runs. ``wait_for_events``
+returns at once when this process appends to the thread; an append by another process is
+found by the store's own wake-up (``LISTEN/NOTIFY``) or poll."""
 _FIELDS = frozenset(
     {
         "model",
@@ -121,7 +121,11 @@ async def _params(store: ThreadStore, thread_id: str, turn_id: str) -> dict[str,
 
 def _projection(thread_id: str, turn_id: str, params: Mapping[str, Any]) -> ResponseProjection:
     tools = [t for t in params.get("tools") or () if isinstance(t, Mapping)]
+    start = params.get("journal_after")
     return ResponseProjection(
+        # Every event of the turn comes after the thread's last sequence when the request
+        # was remembered: the fold starts there, not at the conversation's first event.
+        last_journal_sequence=start if isinstance(start, int) and start > 0 else 0,
         thread_id=thread_id,
         turn_id=turn_id,
         model=str(params.get("model", "")),
@@ -139,7 +143,7 @@ async def _fold(
 ) -> AsyncIterator[dict[str, Any]]:
     """Yield the stream events of a response from the journal: the journal read in pages,
     never skipping a sequence; with ``follow``, waiting for more until the turn ends."""
-    after = 0
+    after = projection.last_journal_sequence
     while not projection.done:
         entries = await store.read_events(projection.thread_id, after=after, limit=_PAGE)
         for entry in entries:
@@ -170,18 +174,30 @@ def _sse(events: AsyncIterator[dict[str, Any]], starting_after: int) -> Streamin
 
 
 async def _remember(
-    store: ThreadStore, thread_id: str, turn_id: str, params: Mapping[str, Any]
-) -> None:
+    store: ThreadStore,
+    thread_id: str,
+    turn_id: str,
+    params: Mapping[str, Any],
+    *,
+    mark_start: bool = False,
+) -> dict[str, Any]:
+    """Keep ``params`` as the response's entry in the thread's ``extra`` (with
+    ``mark_start``, also ``journal_after``: the thread's last sequence now, before the turn
+    is submitted); return the entry."""
     # ``update_thread`` replaces ``extra`` whole: the read-modify-write is serialised per
     # thread in this process (another worker writing at the same moment can still win; the
     # response is then served from its journal with the parameters it lost).
     async with _LOCKS[hash(thread_id) % len(_LOCKS)]:
         metadata = await store.get_thread(thread_id)
         responses = dict((metadata.extra or {}).get(EXTRA_KEY) or {})
-        responses[turn_id] = dict(params)
+        entry = dict(params)
+        if mark_start:
+            entry["journal_after"] = metadata.last_sequence
+        responses[turn_id] = entry
         await store.update_thread(
             thread_id, extra={**dict(metadata.extra or {}), EXTRA_KEY: responses}
         )
+        return entry
 
 
 # --- responses --------------------------------------------------------------------------
@@ -243,8 +259,13 @@ async def create_response(request: Request) -> Response:
     if specs or results:
         # Client function tools ride with the input (roder_runtime's client tools).
         extras = {"client_tools": specs, "tool_results": results}
+    instructions = body.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise bad_request("'instructions' must be a string", "instructions")
+        extras["instructions"] = instructions
     with anyio.CancelScope(shield=True):  # a client that leaves does not cancel the run
-        await _remember(store, thread_id, turn_id, params)
+        params = await _remember(store, thread_id, turn_id, params, mark_start=True)
         await tenant.dispatcher.submit(
             thread_id, parsed.text or "", turn_id=turn_id, engine=engine, model=model, **extras
         )

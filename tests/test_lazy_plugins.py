@@ -1,0 +1,188 @@
+"""Lazy plugins (issue 22 item 2): a plugin that declares what it registers is imported only
+when one of its ids is needed; one that declares nothing is imported as before."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from roder_api.errors import DuplicateRegistrationError, PluginLoadError
+from roder_api.extension import ExtensionRegistryBuilder
+
+EP = importlib.metadata.EntryPoint
+RODER = Path(sys.executable).with_name("roder")
+
+# The bundled plugins' packages (entry point name -> the package its modules are in).
+PACKAGES = {
+    "anthropic": "roder_anthropic",
+    "jsonl": "roder_jsonl_thread_store",
+    "llm": "roder_llm",
+    "mcp": "roder_mcp",
+    "openai": "roder_openai",
+    "otel": "roder_otel",
+    "postgres": "roder_postgres_thread_store",
+    "scripted": "roder_runtime.default_plugins.scripted",
+    "server": "roder_server",
+    "sqlite": "roder_sqlite_thread_store",
+}
+
+SITECUSTOMIZE = """\
+import atexit, os, sys
+
+def _dump():
+    with open(os.environ["RODER_TEST_MODULES_OUT"], "w") as out:
+        out.write("\\n".join(sorted(sys.modules)))
+
+atexit.register(_dump)
+"""
+
+
+def roder(tmp_path: Path, *args: str, config: str = "") -> tuple[str, set[str]]:
+    """Run the installed ``roder``; return its stdout and the plugins whose modules it imported."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text(config)
+    hook = tmp_path / "hook"
+    hook.mkdir(exist_ok=True)
+    (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    out = tmp_path / "modules.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RODER_", "OTEL_"))}
+    env.update(RODER_HOME=str(home), PYTHONPATH=str(hook), RODER_TEST_MODULES_OUT=str(out))
+    done = subprocess.run(
+        [str(RODER), *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    modules = out.read_text().split()
+    imported = {
+        name
+        for name, package in PACKAGES.items()
+        if any(m == package or m.startswith(package + ".") for m in modules)
+    }
+    return done.stdout, imported
+
+
+def test_each_command_imports_only_the_plugins_it_needs(tmp_path: Path) -> None:
+    shown, imported = roder(tmp_path, "--help")
+    assert imported == set()
+    assert "serve" in shown  # a plugin's command is listed without importing its plugin
+    _, imported = roder(tmp_path, "prompt", "hi")
+    # A turn needs the store, the engine, the tools (mcp) and the observers (otel).
+    assert imported <= {"jsonl", "scripted", "mcp", "otel"} and {"jsonl", "scripted"} <= imported
+    listed, imported = roder(tmp_path, "threads", "list")
+    assert "'hi'" in listed
+    assert imported == {"jsonl"}
+    _, imported = roder(tmp_path, "plugins")  # shows what each registered: imports all
+    assert {"openai", "server", "jsonl", "mcp"} <= imported
+
+
+def test_mcp_servers_start_for_a_turn_and_not_to_list_threads(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    server = tmp_path / "server.py"
+    server.write_text(f"open({str(marker)!r}, 'a').write('started\\n')\n")
+    config = textwrap.dedent(
+        f"""\
+        [mcp_servers.probe]
+        command = {sys.executable!r}
+        args = [{str(server)!r}]
+        """
+    )
+    roder(tmp_path, "threads", "list", config=config)
+    assert not marker.exists()  # its plugin checked the table (check_only), started nothing
+    roder(tmp_path, "--help", config=config)
+    assert not marker.exists()
+    roder(tmp_path, "prompt", "hi", config=config)
+    assert marker.exists()  # the turn needed the tools: the server was started
+
+
+@pytest.fixture
+def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Plugin modules on a path of their own: each registers an engine named as it says."""
+    for name, body in {
+        "lazy_eager_plugin": "ENGINE = 'plain'",
+        "lazy_declared_plugin": "ENGINE = 'declared'",
+        "lazy_second_plugin": "ENGINE = 'declared'",
+        "lazy_broken_plugin": "raise ImportError('needs a library that is not installed')",
+    }.items():
+        (tmp_path / f"{name}.py").write_text(
+            body
+            + textwrap.dedent(
+                """
+                from roder_api import hookimpl
+                from roder_api.testing import ScriptedEngine
+
+                @hookimpl
+                def register_inference_engines(register):
+                    register(ScriptedEngine(id=ENGINE))
+                """
+            )
+        )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in list(sys.modules):
+        if name.startswith("lazy_"):
+            del sys.modules[name]
+    return tmp_path
+
+
+def test_a_declared_plugin_is_imported_when_its_id_is_asked_for(modules: Path) -> None:
+    builder = ExtensionRegistryBuilder()
+    infos = builder.load_entry_points(
+        names=None,
+        entry_points=[
+            EP("eager", "lazy_eager_plugin", "roder"),
+            EP("lazy", "lazy_declared_plugin", "roder"),
+            EP("declared", "lazy_declared_plugin", "roder.engines"),
+        ],
+    )
+    # Without declarations a plugin is imported at once, as plugins written for the
+    # API before lazy loading expect.
+    assert [(i.name, i.imported) for i in infos] == [("eager", True), ("lazy", False)]
+    assert "lazy_eager_plugin" in sys.modules and "lazy_declared_plugin" not in sys.modules
+    registry = builder.build()
+    assert sorted(registry.engines) == ["declared", "plain"]
+    assert "lazy_declared_plugin" not in sys.modules
+    assert registry.inference_engine("declared").id == "declared"
+    assert "lazy_declared_plugin" in sys.modules
+    info = next(i for i in registry.plugins if i.name == "lazy")
+    assert info.imported and info.engines == ("declared",) and info.error is None
+
+
+def test_a_declared_plugin_that_fails_to_import_is_reported_by_name(modules: Path) -> None:
+    builder = ExtensionRegistryBuilder()
+    builder.load_entry_points(
+        entry_points=[
+            EP("broken", "lazy_broken_plugin", "roder"),
+            EP("gone", "lazy_broken_plugin", "roder.engines"),
+        ]
+    )
+    registry = builder.build()
+    with pytest.raises(PluginLoadError) as info:
+        registry.inference_engine("gone")
+    assert info.value.plugin == "broken" and "needs a library" in str(info.value)
+    assert "gone" not in registry.engines
+    [shown] = registry.load_all()
+    assert shown.name == "broken" and "ImportError: needs a library" in (shown.error or "")
+
+
+def test_an_id_two_plugins_declare_is_an_error_naming_both(modules: Path) -> None:
+    builder = ExtensionRegistryBuilder()
+    infos = builder.load_entry_points(
+        entry_points=[
+            EP("a-first", "lazy_declared_plugin", "roder"),
+            EP("b-second", "lazy_second_plugin", "roder"),
+            EP("declared", "lazy_declared_plugin", "roder.engines"),
+            EP("declared", "lazy_second_plugin", "roder.engines"),
+        ]
+    )
+    error = infos[1].error or ""
+    assert DuplicateRegistrationError.__name__ in error
+    assert "plugin 'a-first'" in error and "plugin 'b-second'" in error
+    assert "lazy_second_plugin" not in sys.modules
+    registry = builder.build()
+    assert registry.inference_engine("declared").id == "declared"
+    assert "lazy_second_plugin" not in sys.modules
