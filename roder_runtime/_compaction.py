@@ -331,7 +331,7 @@ async def compact(
                 boundary = summary_boundary(candidate.text, history)
             committed: list[Event] = [
                 ItemCompleted(turn_id, boundary),
-                UsageUpdated(turn_id, last.usage, UsagePurpose.COMPACTION, model, engine.id),
+                last.billed(turn_id, UsagePurpose.COMPACTION, model, engine.id),
                 CompactionCommitted(turn_id, mode),
             ]
             with anyio.CancelScope(shield=True):

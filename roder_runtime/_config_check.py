@@ -1,9 +1,10 @@
-"""What the configuration names that the loaded plugins do not have.
+"""Loading the plugins, and what the configuration names that they do not have.
 
-Some mistakes can only be seen once the plugins are loaded: a ``type`` no installed engine
-has, a tool name no plugin registered, a plugin's own top-level table (``[mcp_servers]``)
-that its plugin reported wrong. Each is a ``ConfigError`` with the file and line the name
-was written on.
+:func:`load_registry` loads the installed plugins and refuses a configuration that names
+what they do not have. Some mistakes can only be seen once the plugins are loaded: a
+``type`` no installed engine has, a tool name no plugin registered, a plugin's own
+top-level table (``[mcp_servers]``) that its plugin reported wrong. Each is a
+``ConfigError`` with the file and line the name was written on.
 """
 
 from __future__ import annotations
@@ -132,3 +133,22 @@ def close_refused(registry: ExtensionRegistry) -> None:
     thread = threading.Thread(target=close, name="roder-close-refused", daemon=True)
     thread.start()
     thread.join(_CLOSE_TIMEOUT_S)
+
+
+def load_registry(config: RuntimeConfig) -> ExtensionRegistry:
+    """Return the registry of the installed plugins, each handed its settings from ``config``.
+
+    Blocking: it imports the plugins' modules. Raise ``ConfigError`` (file and line) when
+    the configuration names what the loaded plugins do not have (an engine ``type``, a
+    tool) or a plugin reported its own top-level table wrong (``[mcp_servers]``).
+    """
+    builder = ExtensionRegistryBuilder(
+        settings=config.plugin_settings(), locate=config.setting_source
+    )
+    builder.load_entry_points()
+    registry = builder.build()
+    problems = loaded_problems(config, registry)
+    if problems:
+        close_refused(registry)
+        raise problems[0]
+    return registry

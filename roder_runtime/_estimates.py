@@ -81,6 +81,7 @@ def usage_report(usage: Mapping[str, TokenUsage]) -> dict[str, dict[str, int]]:
             "total_tokens": u.total_tokens,
             "cached_prompt_tokens": u.cached_prompt_tokens,
             "cache_creation_prompt_tokens": u.cache_creation_prompt_tokens,
+            "reasoning_tokens": u.reasoning_tokens,
         }
         for purpose, u in usage.items()
     }

@@ -26,6 +26,29 @@ DEFAULT_STORE_TIMEOUT_S = 120.0
 """How long one store call may take when ``turn_timeout_s`` is not set."""
 
 
+def store_label(factory: object) -> str:
+    """Return what deadline errors call the store a factory opens (``thread store 'jsonl'``)."""
+    return f"thread store {getattr(factory, 'id', '?')!r}"
+
+
+async def bounded_call(
+    what: str, call: Callable[[], Awaitable[T]], *, store_name: str, timeout_s: float
+) -> T:
+    """Return ``await call()``; raise ``StoreError`` naming the store when it is late.
+
+    The one deadline of the runtime's store calls (``turn_timeout_s``, else
+    :data:`DEFAULT_STORE_TIMEOUT_S`): ``what`` says which call did not answer. The store
+    call is cancelled (a blocking driver call in a worker thread ends when it returns).
+    """
+    with anyio.move_on_after(timeout_s) as scope:
+        return await call()
+    assert scope.cancelled_caught
+    raise StoreError(
+        f"{store_name} did not answer within {timeout_s:g} s ({what}); check the store "
+        "(disk, database, network) and try again"
+    )
+
+
 class ReplayHistory(list[TranscriptItem]):
     """The transcript items from the last compaction boundary on, as read at ``sequence``.
 
@@ -97,12 +120,11 @@ class ThreadJournal:
 
     async def bounded(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Return ``await call()``; raise ``StoreError`` naming the store when it is late."""
-        with anyio.move_on_after(self.timeout_s) as scope:
-            return await call()
-        assert scope.cancelled_caught
-        raise StoreError(
-            f"{self.store_name} did not answer within {self.timeout_s:g} s ({what} of thread "
-            f"{self.thread_id!r}); check the store (disk, database, network) and try again"
+        return await bounded_call(
+            f"{what} of thread {self.thread_id!r}",
+            call,
+            store_name=self.store_name,
+            timeout_s=self.timeout_s,
         )
 
     async def append(

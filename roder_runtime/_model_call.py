@@ -19,7 +19,8 @@ from typing import Any, Protocol
 
 import anyio
 
-from roder_api.inference import InferenceEvent, ProviderFailure, TokenUsage, Usage
+from roder_api.events import UsageUpdated
+from roder_api.inference import Completed, InferenceEvent, ProviderFailure, TokenUsage, Usage
 from roder_runtime._config_sections import ReliabilityConfig
 from roder_runtime._retry import retry_delay, should_retry
 from roder_runtime._turns import close_stream
@@ -54,6 +55,30 @@ class Attempt:
     timed_out: bool = False
     called: bool = True
     """False for an attempt preempted before it called the provider."""
+    completed: Completed | None = None
+    """The ``Completed`` that ended the attempt: the provider's response id and reason."""
+
+    def billed(
+        self, turn_id: str | None, purpose: str, model: str | None, provider: str | None
+    ) -> UsageUpdated:
+        """Return the ``UsageUpdated`` of the attempt's usage (with its response's id)."""
+        return usage_updated(turn_id, self.usage, purpose, model, provider, self.completed)
+
+
+def usage_updated(
+    turn_id: str | None,
+    usage: TokenUsage,
+    purpose: str,
+    model: str | None,
+    provider: str | None,
+    completed: Completed | None,
+) -> UsageUpdated:
+    """Return ``UsageUpdated`` for ``usage``, with the response's id and finish reason when
+    ``completed`` (the ``Completed`` the usage was reported with) is given."""
+    done = completed if completed is not None else Completed()
+    return UsageUpdated(
+        turn_id, usage, purpose, model, provider, done.provider_response_id, done.stop_reason
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +184,8 @@ async def _stream(start: StartAttempt, consume: Consume, attempt: Attempt) -> No
                 attempt.usage = attempt.usage + event.usage
             else:
                 attempt.produced = True
+                if isinstance(event, Completed):
+                    attempt.completed = event
             if not await consume(attempt, event):
                 attempt.ended = True
                 return

@@ -7,16 +7,11 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
-from roder_api.errors import (
-    RoderError,
-    StoppedError,
-    ThreadNotFoundError,
-    UnknownThreadStoreError,
-)
+from roder_api.errors import StoppedError, ThreadBusyError, ThreadNotFoundError
 from roder_api.events import (
     AbortReason,
     Event,
@@ -27,7 +22,7 @@ from roder_api.events import (
     UsagePurpose,
     UsageUpdated,
 )
-from roder_api.extension import ExtensionRegistry, ExtensionRegistryBuilder
+from roder_api.extension import ExtensionRegistry
 from roder_api.inference import InferenceEngine, TokenUsage, ToolSpec
 from roder_api.threads import (
     EventPage,
@@ -43,40 +38,29 @@ from roder_api.transcript import ToolResultRecord, TranscriptItem
 from roder_runtime._catalog import DEFAULT_ENGINE, ModelCatalog
 from roder_runtime._compaction import CompactionResult, compact
 from roder_runtime._config import RuntimeConfig, load_config
-from roder_runtime._config_check import close_refused, loaded_problems
+from roder_runtime._config_check import load_registry
 from roder_runtime._estimates import sum_usage_by_purpose
-from roder_runtime._guards import open_store
-from roder_runtime._journal import ReplayHistory, ThreadJournal
+from roder_runtime._guards import configured_store_factory, open_store
+from roder_runtime._journal import (
+    DEFAULT_STORE_TIMEOUT_S,
+    ReplayHistory,
+    ThreadJournal,
+    bounded_call,
+    store_label,
+)
 from roder_runtime._model_call import PreemptSignal
 from roder_runtime._observers import ObserverHub
 from roder_runtime._ops import SessionStart, UserInput
 from roder_runtime._session import Session
-from roder_runtime._session_tools import SessionTools
+from roder_runtime._session_tools import SessionTools, offered_tools
 from roder_runtime._turns import new_id
 
 __all__ = ["DEFAULT_ENGINE", "Emit", "Runtime", "load_registry"]
 
+T = TypeVar("T")
+
 Emit = Callable[[Sequence[Event]], Awaitable[None]]
 """Receive (deliver) a batch of events, in order, after they were persisted."""
-
-
-def load_registry(config: RuntimeConfig) -> ExtensionRegistry:
-    """Return the registry of the installed plugins, each handed its settings from ``config``.
-
-    Blocking: it imports the plugins' modules. Raise ``ConfigError`` (file and line) when
-    the configuration names what the loaded plugins do not have (an engine ``type``, a
-    tool) or a plugin reported its own top-level table wrong (``[mcp_servers]``).
-    """
-    builder = ExtensionRegistryBuilder(
-        settings=config.plugin_settings(), locate=config.setting_source
-    )
-    builder.load_entry_points()
-    registry = builder.build()
-    problems = loaded_problems(config, registry)
-    if problems:
-        close_refused(registry)
-        raise problems[0]
-    return registry
 
 
 class Runtime:
@@ -143,20 +127,7 @@ class Runtime:
 
     def thread_store_factory(self) -> ThreadStoreFactory:
         """Return the configured store factory (the only one, or ``jsonl`` among several)."""
-        factories = self.registry.thread_store_factories
-        if self.config.thread_store is not None:
-            return self.registry.thread_store_factory(self.config.thread_store)
-        if len(factories) == 1:
-            return next(iter(factories.values()))
-        if "jsonl" in factories:
-            return factories["jsonl"]
-        if not factories:
-            raise UnknownThreadStoreError("jsonl", ())
-        raise RoderError(
-            "several thread stores are registered ("
-            + ", ".join(sorted(factories))
-            + "); choose one with [thread_store] backend = ... in config.toml"
-        )
+        return configured_store_factory(self.registry, self.config.thread_store)
 
     async def store(self) -> ThreadStore:
         """Return the open thread store, opening it on first use."""
@@ -183,13 +154,24 @@ class Runtime:
         does not answer in time fails the call with a ``StoreError`` naming it.
         """
         store = await self.store()
-        factory_id = getattr(self.thread_store_factory(), "id", "?")
         return ThreadJournal(
             store,
             validate_thread_id(thread_id),
-            store_name=f"thread store {factory_id!r}",
+            store_name=self._store_name(),
             timeout_s=self.config.turn_timeout_s,
             observe=self.observers.offer if self.observers is not None else None,
+        )
+
+    def _store_name(self) -> str:
+        return store_label(self.thread_store_factory())
+
+    async def _bounded(self, what: str, call: Callable[[ThreadStore], Awaitable[T]]) -> T:
+        """Return ``await call(store)`` within the deadline of :meth:`journal`."""
+        store = await self.store()
+        limit = self.config.turn_timeout_s
+        timeout_s = limit if limit is not None else DEFAULT_STORE_TIMEOUT_S
+        return await bounded_call(
+            what, lambda: call(store), store_name=self._store_name(), timeout_s=timeout_s
         )
 
     # --- threads -----------------------------------------------------------------------------
@@ -201,7 +183,12 @@ class Runtime:
         title: str | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> ThreadMetadata:
-        """Create a thread (a fresh id when ``thread_id`` is None); return its metadata."""
+        """Create a thread (a fresh id when ``thread_id`` is None); return its metadata.
+
+        Needs no lease: the store creates an id once (``ThreadExistsError`` when it is
+        taken). Every store call of the thread methods is bounded like :meth:`journal`'s;
+        fork, export, prune and migrate are in :mod:`roder_runtime.threads`.
+        """
         thread_id = validate_thread_id(thread_id) if thread_id is not None else uuid.uuid4().hex
         now = int(time.time() * 1000)
         metadata = ThreadMetadata(
@@ -211,11 +198,15 @@ class Runtime:
             title=title,
             extra=dict(extra or {}),
         )
-        return await (await self.store()).create_thread(metadata)
+        return await self._bounded(
+            f"create of thread {thread_id!r}", lambda store: store.create_thread(metadata)
+        )
 
     async def get_thread(self, thread_id: str) -> ThreadMetadata:
         """Return a thread's metadata; raise ``ThreadNotFoundError`` when absent."""
-        return await (await self.store()).get_thread(thread_id)
+        return await self._bounded(
+            f"metadata read of thread {thread_id!r}", lambda store: store.get_thread(thread_id)
+        )
 
     async def append_events(
         self,
@@ -226,24 +217,24 @@ class Runtime:
     ) -> list[JournalEvent]:
         """Append events to a thread's journal as one atomic, durable batch.
 
-        With ``expected_last_sequence=N`` only if the thread's last event is still sequence
-        N (0: it has none); otherwise ``SequenceConflictError`` and nothing is written.
+        A write outside a session: it takes no lease, so it lands while a session holds the
+        thread (here or in another process), between that session's own appends. What
+        excludes a racing writer is the condition: with ``expected_last_sequence=N`` the
+        batch lands only if the thread's last event is still sequence N (0: it has none);
+        otherwise ``SequenceConflictError`` and nothing is written. The session does not
+        answer an event appended this way (``Session.submit`` is the way to start a turn).
         """
-        store = await self.store()
-        if expected_last_sequence is None:
-            entries = await store.append_events(thread_id, events)
-        else:
-            entries = await store.append_events(
-                thread_id, events, expected_last_sequence=expected_last_sequence
-            )
-        if self.observers is not None:
-            self.observers.offer(thread_id, entries)
-        return entries
+        journal = await self.journal(thread_id)
+        return await journal.append(events, expected_last_sequence=expected_last_sequence)
 
     async def persist_turn_item(
         self, thread_id: str, turn_id: str, item: TranscriptItem
     ) -> JournalEvent:
-        """Append one completed transcript item to a turn of a thread."""
+        """Append one completed transcript item to a turn of a thread.
+
+        A write outside a session, unconditional: see :meth:`append_events` (no lease; it
+        lands even while a session holds the thread).
+        """
         (entry,) = await self.append_events(thread_id, [ItemCompleted(turn_id, item)])
         return entry
 
@@ -252,7 +243,8 @@ class Runtime:
     ) -> list[JournalEvent]:
         """Append completed transcript items to a turn of a thread as one atomic, durable batch.
 
-        The batch form of :meth:`persist_turn_item`: one commit (one sync) for all of them.
+        The batch form of :meth:`persist_turn_item`: one commit (one sync) for all of them;
+        unconditional and without the lease, like :meth:`append_events`.
         """
         return await self.append_events(thread_id, [ItemCompleted(turn_id, i) for i in items])
 
@@ -264,7 +256,10 @@ class Runtime:
         *,
         purpose: str = UsagePurpose.TURN,
     ) -> JournalEvent:
-        """Bill ``usage`` to a thread (``purpose``: turn, compaction, discarded_compaction)."""
+        """Bill ``usage`` to a thread (``purpose``: turn, compaction, discarded_compaction).
+
+        An unconditional append without the lease, like :meth:`append_events`.
+        """
         (entry,) = await self.append_events(thread_id, [UsageUpdated(turn_id, usage, purpose)])
         return entry
 
@@ -281,17 +276,38 @@ class Runtime:
 
     async def list_threads(self, cursor: str | None = None, limit: int = 50) -> ThreadPage:
         """Return a page of threads, newest update first."""
-        return await (await self.store()).list_threads(cursor=cursor, limit=limit)
+        return await self._bounded(
+            "listing", lambda store: store.list_threads(cursor=cursor, limit=limit)
+        )
 
     async def delete_thread(self, thread_id: str) -> None:
-        """Delete a thread; raise ``ThreadNotFoundError`` when absent."""
-        await (await self.store()).delete_thread(thread_id)
+        """Delete a thread; raise ``ThreadNotFoundError`` when absent.
+
+        A write outside a session that must not run while one holds the thread: it takes
+        the thread's lease for the delete, so while a session holds it (in this runtime, in
+        another process or on another machine) it raises ``ThreadBusyError`` naming the
+        holder and deletes nothing. Appends without the lease may still race it (they fail
+        with ``ThreadNotFoundError`` once it is gone).
+        """
+        for session in self._sessions:
+            if session.thread_id == thread_id and session.lease is not None:
+                # The store's lease may let its own process in again (file locks do).
+                raise ThreadBusyError(thread_id, session.lease.holder)
+        journal = await self.journal(thread_id)
+        store, owner = journal.store, f"{self.name} (delete)"
+
+        async def delete() -> None:
+            await store.get_thread(thread_id)  # absent: ThreadNotFoundError, no lease taken
+            async with store.lease(thread_id, owner=owner):
+                await store.delete_thread(thread_id)
+
+        await journal.bounded("delete", delete)
 
     async def event_page(
         self, thread_id: str, before: int | None = None, limit: int = 50
     ) -> EventPage:
         """Return ``limit`` journal events below ``before`` (newest when None), ascending."""
-        return await (await self.store()).event_page(thread_id, before=before, limit=limit)
+        return await (await self.journal(thread_id)).event_page(before=before, limit=limit)
 
     async def replay_history(self, thread_id: str) -> ReplayHistory:
         """Return the transcript items from the last compaction boundary on.
@@ -341,14 +357,7 @@ class Runtime:
 
     def offered_tools(self, names: Sequence[str] | None = None) -> dict[str, Tool]:
         """Return the tools a session offers for ``names`` (see ``start_session``)."""
-        registry = self.registry
-        if names is None:
-            enabled = self.config.tools.enabled
-            if enabled is None:
-                return dict(registry.tools)
-            allowed = set(enabled)
-            return {n: t for n, t in registry.tools.items() if n in allowed}
-        return {name: registry.tool(name) for name in names}
+        return offered_tools(self.registry, self.config.tools, names)
 
     async def _open_session(
         self,

@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 
 from roder_api.events import Event, ToolApprovalRequested, ToolCallStarted
+from roder_api.extension import ExtensionRegistry
 from roder_api.inference import ToolSpec
 from roder_api.tools import Tool
 from roder_runtime._client_tools import ClientTurns
@@ -17,6 +18,20 @@ from roder_runtime._journal import ThreadJournal
 from roder_runtime._ops import Steer, UserInput
 from roder_runtime._tool_step import ApproveToolCall, PendingToolStep, ToolStep
 from roder_runtime._turn_seams import TurnSink
+
+
+def offered_tools(
+    registry: ExtensionRegistry, config: ToolsConfig, names: Sequence[str] | None
+) -> dict[str, Tool]:
+    """Return the tools a session offers: for ``names`` None, every registered tool that
+    ``config.enabled`` allows (all when it is unset); else exactly those named (each must be
+    registered: ``UnknownToolError``)."""
+    if names is None:
+        if config.enabled is None:
+            return dict(registry.tools)
+        allowed = set(config.enabled)
+        return {n: t for n, t in registry.tools.items() if n in allowed}
+    return {name: registry.tool(name) for name in names}
 
 
 class SessionTools:

@@ -39,7 +39,6 @@ from roder_api.events import (
     TurnComplete,
     TurnStarted,
     UsagePurpose,
-    UsageUpdated,
     WarningEvent,
 )
 from roder_api.inference import (
@@ -71,7 +70,7 @@ from roder_runtime._client_tools import input_items
 from roder_runtime._inturn import InTurnCompaction, is_boundary
 from roder_runtime._model_call import Attempt, RetryNotice, call_model
 from roder_runtime._tool_step import PendingToolStep, ToolStepLimitError
-from roder_runtime._turn_seams import Inbox, StepState, ToolRunner, TurnOutcome, TurnSink
+from roder_runtime._turn_seams import HeldUsage, Inbox, StepState, ToolRunner, TurnOutcome, TurnSink
 from roder_runtime._turns import new_id
 
 
@@ -127,6 +126,7 @@ class TurnDriver:
         self._waiting_for = f"engine {engine.id!r}"
         self._inturn = InTurnCompaction(turn_id, sink, self.journal)  # staged boundaries
         self._budget = BudgetGuard(self.config.budget, self.journal, turn_id)
+        self._usage = HeldUsage(sink, turn_id, model, engine.id)  # billed with its response
 
     def abort(self, reason: AbortReason) -> None:
         """Stop the turn now (``interrupted``, ``closed``, ...), keeping the text delivered."""
@@ -323,17 +323,21 @@ class TurnDriver:
             return await self._consume(step, event)
 
         async def before_retry(attempt: Attempt, notice: RetryNotice) -> None:
+            await self._usage.settle()  # the failed attempt's usage, then the warning
             await self.sink.record(WarningEvent(notice.message("model call"), self.turn_id))
 
-        with self.inbox.preempt() as steer:  # a steer waits, unless a boundary is staged
-            attempts = await call_model(
-                start,
-                consume,
-                reliability=self.config.reliability,
-                retryable=lambda attempt: not attempt.produced,
-                before_retry=before_retry,
-                preempt=self._inturn.preempt(steer),
-            )
+        try:
+            with self.inbox.preempt() as steer:  # a steer waits, unless a boundary is staged
+                attempts = await call_model(
+                    start,
+                    consume,
+                    reliability=self.config.reliability,
+                    retryable=lambda attempt: not attempt.produced,
+                    before_retry=before_retry,
+                    preempt=self._inturn.preempt(steer),
+                )
+        finally:
+            await self._usage.settle()
         last = attempts[-1]
         if self._inturn.ended(last, step.failure is not None, step.completed):
             return step  # preempted: the boundary is discarded, the turn goes on
@@ -352,6 +356,8 @@ class TurnDriver:
 
     async def _consume(self, step: StepState, event: InferenceEvent) -> bool:
         """Emit (deltas, usage) or stage (items) one engine event; False when it ended."""
+        if self._usage.held is not None:  # the usage before it, with Completed's response id
+            await self._usage.release(event)
         if isinstance(event, MessageDelta):
             if event.text:
                 self.sink.stream(
@@ -372,11 +378,7 @@ class TurnDriver:
         elif isinstance(event, ToolCallCompleted):
             step.items.append(ToolCallRecord(event.id, event.name, event.arguments))
         elif isinstance(event, Usage):
-            # Billed as observed, so every attempt is billed whatever happens next.
-            usage = UsageUpdated(
-                self.turn_id, event.usage, UsagePurpose.TURN, self.model, self.engine.id
-            )
-            await self.sink.record(usage)
+            await self._usage.hold(event.usage)  # billed with the next event, or at the end
         elif is_boundary(event):
             await self._inturn.stage(event)  # in-turn compaction: committed with the step
         elif isinstance(event, ProviderMetadata):

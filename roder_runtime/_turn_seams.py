@@ -2,7 +2,8 @@
 
 A :class:`TurnSink` records a turn's events, an :class:`Inbox` holds its steering, a
 :class:`ToolRunner` runs its tool steps; a :class:`TurnOutcome` says how it ended and a
-:class:`StepState` what one model step produced so far.
+:class:`StepState` what one model step produced so far; :class:`HeldUsage` journals a model
+step's usage with the response's id and finish reason.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from roder_api.events import AbortReason, AssistantContentDelta, Event
-from roder_api.inference import ToolSpec
+import anyio
+
+from roder_api.events import AbortReason, AssistantContentDelta, Event, UsagePurpose
+from roder_api.inference import Completed, TokenUsage, ToolSpec
 from roder_api.transcript import ToolCallRecord, ToolResultRecord, TranscriptItem
 from roder_runtime._journal import Journal
-from roder_runtime._model_call import PreemptSignal
+from roder_runtime._model_call import PreemptSignal, usage_updated
 from roder_runtime._tool_step import CallState
 
 
@@ -103,3 +106,43 @@ class StepState:
     items: list[TranscriptItem] = field(default_factory=list)
     completed: bool = False
     failure: str | None = None
+
+
+@dataclass
+class HeldUsage:
+    """A turn's model-call usage, journaled one engine event late.
+
+    Engines report a call's usage right before its ``Completed``, which carries the
+    provider's response id and finish reason; holding the usage until the next event lets
+    them travel on the same ``UsageUpdated``. Whatever ends the attempt, :meth:`settle`
+    journals what is held, so every attempt is still billed.
+    """
+
+    sink: TurnSink
+    turn_id: str
+    model: str
+    provider: str
+    held: TokenUsage | None = None
+
+    async def hold(self, usage: TokenUsage) -> None:
+        """Journal the usage held so far (if any) and hold ``usage``."""
+        await self.release(None)
+        self.held = usage
+
+    async def release(self, event: object) -> None:
+        """Journal the held usage; with the response's id and reason when ``event`` is
+        the ``Completed`` that followed it."""
+        usage, self.held = self.held, None
+        if usage is None:
+            return
+        done = event if isinstance(event, Completed) else None
+        purpose = UsagePurpose.TURN
+        await self.sink.record(
+            usage_updated(self.turn_id, usage, purpose, self.model, self.provider, done)
+        )
+
+    async def settle(self) -> None:
+        """Journal what is held when an attempt ended, even when the turn is cancelled."""
+        if self.held is not None:
+            with anyio.CancelScope(shield=True):
+                await self.release(None)

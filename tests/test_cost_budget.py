@@ -126,6 +126,47 @@ async def test_unpriced_usage_is_said_never_guessed(
     assert "$0.000000 + unpriced" in done.stdout
 
 
+async def test_cost_without_an_id_prices_every_thread(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    small = TokenUsage(10_000, 1_000, 11_000)  # $0.025 + $0.01
+    engine = ScriptedEngine(
+        models=("gpt-4o",),
+        turns=[_answer("one"), [MessageDelta("two"), Usage(small), Completed()]],
+    )
+    base = tmp_path / "threads"
+    async with make_runtime(base, engine, config=RuntimeConfig(default_model="gpt-4o")) as rt:
+        first = (await rt.create_thread()).thread_id
+        await rt.run_turn(first, "hello", turn_id="turn_1")
+        second = (await rt.create_thread()).thread_id
+        await rt.run_turn(second, "hello", turn_id="turn_2")
+        empty = (await rt.create_thread()).thread_id  # no usage at all: costs nothing
+    env = {**cli_env, "RODER_THREADS_PATH": str(base)}
+
+    def cost(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*roder_command(), "threads", "cost", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    done = await anyio.to_thread.run_sync(cost, "--by", "turn", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert sorted(report["threads"]) == sorted([first, second, empty])
+    assert {r["key"]: Decimal(r["usd"]) for r in report["rows"]} == {
+        "turn_1": _usd(BIG),
+        "turn_2": _usd(small),
+    }
+    assert Decimal(report["total_usd"]) == _usd(BIG) + _usd(small) == Decimal("0.385")
+    table = await anyio.to_thread.run_sync(cost)
+    assert table.returncode == 0, table.stderr
+    assert "$0.385000" in table.stdout
+    assert table.stdout.splitlines()[2].split()[:4] == ["turn", "110000", "0", "11000"]
+
+
 @tool
 def lookup(q: str) -> str:
     """Look a word up.

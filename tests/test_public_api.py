@@ -29,6 +29,7 @@ MODULES = [
     "roder_api.tracing",
     "roder_api.transcript",
     "roder_runtime",
+    "roder_runtime.threads",
     "roder_jsonl_thread_store",
     "roder_sqlite_thread_store",
     "roder_postgres_thread_store",

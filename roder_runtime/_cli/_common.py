@@ -8,8 +8,8 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,6 +17,7 @@ import anyio.to_thread
 import orjson
 
 from roder_api.extension import NOT_INSTALLED, PluginInfo
+from roder_runtime._export import format_ms as format_ms  # re-exported for the commands
 from roder_runtime._runtime import Runtime
 
 T = TypeVar("T")
@@ -76,15 +77,32 @@ def progress(
     return iter(tqdm(iterable, total=total, desc=desc, disable=disable, file=sys.stderr))
 
 
+@contextmanager
+def progress_callback(desc: str, *, quiet: bool = False) -> Iterator[Callable[[int, int], None]]:
+    """Yield an ``on_progress(done, total)`` callback that draws a progress bar on stderr
+    (only on a terminal; ``quiet`` hides it), closed when the block ends."""
+    from tqdm import tqdm
+
+    disable = quiet or not sys.stderr.isatty()
+    bars: list[Any] = []
+
+    def update(done: int, total: int) -> None:
+        if not bars:
+            bars.append(tqdm(total=total, desc=desc, disable=disable, file=sys.stderr))
+        bar = bars[0]
+        bar.total = total
+        bar.update(done - bar.n)
+
+    try:
+        yield update
+    finally:
+        for bar in bars:
+            bar.close()
+
+
 def count(number: int, noun: str) -> str:
     """Return ``number`` with ``noun`` in the singular or plural (``1 thread``, ``2 threads``)."""
     return f"{number} {noun}" + ("" if number == 1 else "s")
-
-
-def format_ms(ms: int) -> str:
-    """Return a labelled UTC time for epoch milliseconds (``2026-01-31 12:00:00 UTC``)."""
-    moment = _dt.datetime.fromtimestamp(ms / 1000, _dt.timezone.utc)
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def iso_ms(ms: int) -> str:

@@ -1,6 +1,7 @@
 """``roder fsck``: check (and repair) the threads of a store that can (the JSONL store).
 
-Works with any :class:`roder_api.storekit.RepairableThreadStore` through its public methods.
+The command parses, calls :func:`roder_runtime.threads.check_threads` (any
+:class:`roder_api.storekit.RepairableThreadStore`, through its public methods) and prints.
 """
 
 from __future__ import annotations
@@ -8,19 +9,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from roder_api.errors import StoreError, ThreadNotFoundError
-from roder_api.storekit import RepairableThreadStore
+from roder_runtime import threads
 from roder_runtime._cli._common import (
     EXIT_FAILURE,
     EXIT_OK,
-    CommandError,
     add_command,
     add_json_flag,
     count,
     open_runtime,
     print_json,
-    progress,
+    progress_callback,
 )
+from roder_runtime._fsck_ops import ThreadCheck
 
 
 def register(subparsers: Any) -> None:
@@ -51,82 +51,51 @@ def register(subparsers: Any) -> None:
 
 async def fsck_command(args: argparse.Namespace) -> int:
     """Check every thread; repair and reindex on request; exit 1 if damage is left."""
+    quiet = bool(args.json)
     async with open_runtime(args) as runtime:
-        store = await runtime.store()
-        if not isinstance(store, RepairableThreadStore):
-            raise CommandError(
-                f"roder fsck checks JSONL thread stores; the configured store "
-                f"({runtime.thread_store_factory().describe()}) has no journals to check; "
-                "use that backend's own tools"
+        with progress_callback("checking", quiet=quiet) as on_progress:
+            result = await threads.check_threads(
+                runtime,
+                repair=args.repair,
+                reindex=args.reindex,
+                on_progress=on_progress,
+                on_thread=None if quiet else _print_damage,
             )
-        thread_ids: list[str] = await store.journal_ids()
-        reports: list[dict[str, Any]] = []
-        damaged = repaired = 0
-        quiet = bool(args.json)
-        for thread_id in progress(thread_ids, desc="checking", quiet=quiet):
-            try:
-                check = await store.check_thread(thread_id)
-            except ThreadNotFoundError:
-                continue  # deleted while we looked
-            report: dict[str, Any] = check.to_json()
-            report["repair"] = None
-            unrepaired: str | None = None
-            status = "ok" if check.ok else "damaged"
-            if not check.ok and args.repair:
-                try:
-                    repair = await store.repair_thread(thread_id)
-                except StoreError as exc:
-                    report["repair"] = {"error": str(exc)}
-                else:
-                    report["repair"] = repair.to_json()
-                    unrepaired = repair.unrepaired_reason
-                    if unrepaired is None:
-                        after = (
-                            None if repair.thread_removed else await store.check_thread(thread_id)
-                        )
-                        if after is None or after.ok:
-                            status = "repaired"
-            if status == "damaged" and not check.data_damaged and args.reindex:
-                status = "reindexed"  # only the index disagreed; rebuilt below
-            if status == "damaged":
-                damaged += 1
-            elif status == "repaired":
-                repaired += 1
-            report["status"] = status
-            reports.append(report)
-            if not quiet and status != "ok":
-                line = f"{thread_id}: {check.describe()}"
-                if status == "repaired":
-                    moved = report["repair"]
-                    where = f" -> {moved['quarantine']}" if moved.get("quarantine") else ""
-                    line += f" [repaired{where}]"
-                elif status == "reindexed":
-                    line += " [reindexed]"
-                elif unrepaired is not None:
-                    line += f" [not repaired: {unrepaired}]"
-                elif report["repair"] and report["repair"].get("error"):
-                    line += f" [repair failed: {report['repair']['error']}]"
-                print(line)
-        indexed = None
-        if args.reindex:
-            indexed = 0
-            for thread_id in progress(thread_ids, desc="reindexing", quiet=quiet):
-                indexed += bool(await store.reindex_thread(thread_id))
-            await store.prune_index()
-    summary = {
-        "checked": len(reports),
-        "damaged": damaged,
-        "repaired": repaired,
-        "reindexed": indexed,
-        "threads": reports,
-    }
+    damaged, repaired = result.count("damaged"), result.count("repaired")
     if args.json:
-        print_json(summary)
+        print_json(
+            {
+                "checked": len(result.threads),
+                "damaged": damaged,
+                "repaired": repaired,
+                "reindexed": result.reindexed,
+                "threads": [t.to_json() for t in result.threads],
+            }
+        )
     else:
-        text = f"checked {count(len(reports), 'thread')}: {damaged} damaged, {repaired} repaired"
-        if indexed is not None:
-            text += f"; index rebuilt ({indexed} threads)"
+        text = f"checked {count(len(result.threads), 'thread')}: {damaged} damaged, "
+        text += f"{repaired} repaired"
+        if result.reindexed is not None:
+            text += f"; index rebuilt ({result.reindexed} threads)"
         if damaged and not args.repair:
             text += "; run `roder fsck --repair` to quarantine the damage"
         print(text)
     return EXIT_FAILURE if damaged else EXIT_OK
+
+
+def _print_damage(checked: ThreadCheck) -> None:
+    """Print one line for a thread that was not ok, saying what was done about it."""
+    if checked.status == "ok":
+        return
+    line = f"{checked.check.thread_id}: {checked.check.describe()}"
+    if checked.status == "repaired":
+        moved = checked.repair or {}
+        where = f" -> {moved['quarantine']}" if moved.get("quarantine") else ""
+        line += f" [repaired{where}]"
+    elif checked.status == "reindexed":
+        line += " [reindexed]"
+    elif checked.unrepaired is not None:
+        line += f" [not repaired: {checked.unrepaired}]"
+    elif checked.repair and checked.repair.get("error"):
+        line += f" [repair failed: {checked.repair['error']}]"
+    print(line)

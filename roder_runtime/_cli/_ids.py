@@ -3,27 +3,12 @@
 from __future__ import annotations
 
 from roder_api.errors import ThreadNotFoundError
-from roder_api.threads import ThreadMetadata
 from roder_runtime._cli._common import EXIT_USAGE, CommandError
 from roder_runtime._runtime import Runtime
-
-SCAN_PAGE = 500
-"""Threads read per page while looking for the ids a prefix matches."""
+from roder_runtime.threads import all_threads
 
 MATCHES_SHOWN = 10
 """How many matching ids an ambiguous prefix's error lists."""
-
-
-async def all_threads(runtime: Runtime) -> list[ThreadMetadata]:
-    """Return every thread's metadata, newest update first (paging through the store)."""
-    threads: list[ThreadMetadata] = []
-    cursor: str | None = None
-    while True:
-        page = await runtime.list_threads(cursor=cursor, limit=SCAN_PAGE)
-        threads.extend(page.threads)
-        if page.next_cursor is None:
-            return threads
-        cursor = page.next_cursor
 
 
 async def resolve_thread_id(runtime: Runtime, text: str) -> str:

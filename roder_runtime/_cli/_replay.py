@@ -10,7 +10,7 @@ from roder_api.errors import RoderError
 from roder_api.transcript import is_compaction_boundary
 from roder_runtime._cli._common import EXIT_OK, add_command, add_json_flag, open_runtime, print_json
 from roder_runtime._cli._ids import resolve_thread_id
-from roder_runtime._cli._threads_show import describe_item
+from roder_runtime._export import describe_item
 from roder_runtime._runtime import DEFAULT_ENGINE
 
 

@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
 
-from roder_api.codec import dumps as codec_dumps
-from roder_api.errors import SequenceConflictError, ThreadNotFoundError
-from roder_api.threads import (
-    ThreadMetadata,
-    ThreadStore,
-    validate_thread_id,
-)
+from roder_api.errors import RoderError, SequenceConflictError, ThreadNotFoundError
+from roder_api.threads import ThreadMetadata, validate_thread_id
+from roder_runtime import threads
 from roder_runtime._cli._common import (
     EXIT_OK,
     EXIT_USAGE,
@@ -29,15 +22,13 @@ from roder_runtime._cli._common import (
     open_runtime,
     print_json,
     progress,
+    progress_callback,
 )
-from roder_runtime._cli._ids import all_threads, resolve_thread_id
+from roder_runtime._cli._ids import resolve_thread_id
+from roder_runtime._export import forked_from
 from roder_runtime._runtime import Runtime
-
-
-def forked_from(meta: ThreadMetadata) -> Mapping[str, Any] | None:
-    origin = meta.extra.get("forked_from") if isinstance(meta.extra, Mapping) else None
-    return origin if isinstance(origin, Mapping) else None
-
+from roder_runtime._thread_ops import PrunableThread
+from roder_runtime._thread_ops import thread_size as thread_size  # the old home of the name
 
 # --- delete -------------------------------------------------------------------------------------
 
@@ -104,58 +95,21 @@ async def delete_command(args: argparse.Namespace) -> int:
 async def fork_thread(
     runtime: Runtime, source_id: str, *, at: int | None = None, title: str | None = None
 ) -> tuple[ThreadMetadata, int]:
-    """Return a new thread holding ``source_id``'s events up to ``at``, and the count copied.
+    """Return :func:`roder_runtime.threads.fork_thread`'s fork and the count copied.
 
-    The events are imported verbatim (same sequence numbers and times); the source is only
-    read. The fork's ``extra`` is the source's plus ``forked_from`` ``{thread_id, sequence}``.
-
-    Why ``import_events`` and not ``append_events(..., expected_last_sequence=0)``: a fork
-    keeps the source's times (DESIGN.md, docs/concepts.md), and an append stamps new ones.
-    The import is the conditional write here: events 1..N continue the fork's journal only
-    while it is empty, and the store checks that and writes as one step (the same check
-    and lock as a conditional append), raising ``SequenceConflictError`` and writing nothing
-    otherwise. The read needs no condition: journals are append-only, so events 1..N of the
-    source are final whatever is appended meanwhile. If someone else wrote to the new
-    thread first, the fork is left as it is (their events were acknowledged) and the
-    command says so; any other failure deletes the half-made fork.
+    The command's form of it: a fork point past the end is a usage error and a fork that
+    lost the race for its new thread a ``CommandError`` (its cause the store's
+    ``SequenceConflictError``).
     """
-    store = await runtime.store()
-    source = await store.get_thread(source_id)
-    last = source.last_sequence
-    sequence = last if at is None else at
-    if sequence > last:
-        raise CommandError(
-            f"--at {sequence} is past the end of thread {source_id} (its last event is "
-            f"{last}; see `roder threads show {source_id} --events`)",
-            EXIT_USAGE,
-        )
-    entries = await store.read_events(source_id, limit=sequence) if sequence else []
-    if [e.sequence for e in entries] != list(range(1, sequence + 1)):
-        raise CommandError(
-            f"thread {source_id}'s journal does not hold events 1..{sequence}; nothing was "
-            "forked (run `roder fsck`)"
-        )
-    if title is None and source.title:
-        title = f"{source.title} (fork)"
-    extra = {**source.extra, "forked_from": {"thread_id": source_id, "sequence": sequence}}
-    fork = await runtime.create_thread(uuid.uuid4().hex, title=title, extra=extra)
     try:
-        if entries:
-            await store.import_events(fork.thread_id, entries)
+        result = await threads.fork_thread(runtime, source_id, at=at, title=title)
     except SequenceConflictError as exc:
-        raise CommandError(
-            f"thread {fork.thread_id} was written to during the fork by someone else; "
-            f"nothing was copied and it is left as it is (inspect it with `roder threads "
-            f"show {fork.thread_id}`), then fork again"
-        ) from exc
-    except BaseException:
-        # Leave no half-made fork behind.
-        try:
-            await store.delete_thread(fork.thread_id)
-        except Exception:  # noqa: BLE001 - the original error matters more
-            pass
-        raise
-    return await store.get_thread(fork.thread_id), len(entries)
+        raise CommandError(str(exc)) from (exc.__cause__ or exc)
+    except ValueError as exc:
+        if isinstance(exc, RoderError):
+            raise
+        raise CommandError(str(exc), EXIT_USAGE) from None
+    return result.thread, result.events_copied
 
 
 async def fork_command(args: argparse.Namespace) -> int:
@@ -185,59 +139,29 @@ async def fork_command(args: argparse.Namespace) -> int:
 # --- prune --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Doomed:
-    meta: ThreadMetadata
-    size: int
-    exact: bool
-
-
-async def thread_size(store: ThreadStore, thread_id: str) -> tuple[int, bool]:
-    """Return a thread's size in bytes and whether it is exact (else estimated).
-
-    Stores that cannot tell (``thread_size_bytes`` returns None) get the size of the
-    journal serialised as JSON lines.
-    """
-    size = await store.thread_size_bytes(thread_id)
-    if size is not None:
-        return size, True
-    entries = await store.read_events(thread_id)
-    return sum(len(codec_dumps(e)) + 1 for e in entries), False
-
-
 async def prune_command(args: argparse.Namespace) -> int:
     """Delete threads not updated since ``--older-than`` (only show them with ``--dry-run``)."""
     cutoff: int = args.older_than
     async with open_runtime(args) as runtime:
-        store = await runtime.store()
-        threads = await all_threads(runtime)
-        candidates = [m for m in threads[args.keep_last :] if m.updated_at_ms < cutoff]
-        doomed: list[_Doomed] = []
-        for meta in progress(candidates, total=len(candidates), desc="measuring", quiet=args.json):
-            try:
-                size, exact = await thread_size(store, meta.thread_id)
-            except ThreadNotFoundError:
-                continue  # deleted meanwhile
-            doomed.append(_Doomed(meta, size, exact))
-        deleted: list[_Doomed] = []
+        with progress_callback("measuring", quiet=args.json) as measured:
+            plan = await threads.plan_prune(
+                runtime, older_than_ms=cutoff, keep_last=args.keep_last, on_progress=measured
+            )
+        doomed = list(plan.threads)
+        deleted: list[PrunableThread] = []
         if not args.dry_run and doomed:
             if not args.yes and on_terminal():
                 print(f"about to delete {len(doomed)} thread(s):", file=sys.stderr)
                 for item in doomed:
-                    print(_summary_line(item.meta, item.size), file=sys.stderr)
+                    print(_summary_line(item.metadata, item.size_bytes), file=sys.stderr)
                 if not await confirm(f"delete them, freeing {_total(doomed)}?"):
                     print("roder: nothing was deleted", file=sys.stderr)
                     return EXIT_OK
-            for item in progress(doomed, total=len(doomed), desc="deleting", quiet=args.json):
-                try:
-                    # A thread written to since it was listed is no longer old: keep it.
-                    current = await store.get_thread(item.meta.thread_id)
-                    if current.updated_at_ms >= cutoff:
-                        continue
-                    await store.delete_thread(item.meta.thread_id)
-                except ThreadNotFoundError:
-                    continue
-                deleted.append(item)
+            with progress_callback("deleting", quiet=args.json) as deleting:
+                result = await threads.prune_threads(runtime, plan, on_progress=deleting)
+            deleted = list(result.deleted)
+            for _, busy in result.busy:
+                print(f"roder: kept {busy.thread_id}: {busy}", file=sys.stderr)
     shown = doomed if args.dry_run else deleted
     if args.json:
         print_json(
@@ -247,17 +171,17 @@ async def prune_command(args: argparse.Namespace) -> int:
                 "keep_last": args.keep_last,
                 "threads": [
                     {
-                        "thread_id": d.meta.thread_id,
-                        "title": d.meta.title,
-                        "updated_at_ms": d.meta.updated_at_ms,
-                        "size_bytes": d.size,
-                        "size_exact": d.exact,
+                        "thread_id": d.metadata.thread_id,
+                        "title": d.metadata.title,
+                        "updated_at_ms": d.metadata.updated_at_ms,
+                        "size_bytes": d.size_bytes,
+                        "size_exact": d.size_exact,
                     }
                     for d in shown
                 ],
                 "count": len(shown),
-                "bytes": sum(d.size for d in shown),
-                "kept": len(threads) - len(shown),
+                "bytes": sum(d.size_bytes for d in shown),
+                "kept": plan.thread_count - len(shown),
             }
         )
         return EXIT_OK
@@ -266,9 +190,9 @@ async def prune_command(args: argparse.Namespace) -> int:
         print(f"nothing to prune: no thread was last updated before {format_ms(cutoff)}")
         return EXIT_OK
     for item in shown:
-        print(_summary_line(item.meta, item.size))
+        print(_summary_line(item.metadata, item.size_bytes))
     print(
-        f"{verb} {len(shown)} of {len(threads)} threads (last updated before "
+        f"{verb} {len(shown)} of {plan.thread_count} threads (last updated before "
         f"{format_ms(cutoff)}), {'freeing' if args.dry_run else 'freed'} {_total(shown)}"
     )
     if args.dry_run:
@@ -276,6 +200,6 @@ async def prune_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _total(items: Sequence[_Doomed]) -> str:
-    total = format_size(sum(d.size for d in items))
-    return total if all(d.exact for d in items) else f"about {total}"
+def _total(items: Sequence[PrunableThread]) -> str:
+    total = format_size(sum(d.size_bytes for d in items))
+    return total if all(d.size_exact for d in items) else f"about {total}"

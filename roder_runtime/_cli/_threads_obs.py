@@ -24,9 +24,10 @@ from roder_runtime._cli._common import (
     print_json,
     write_text_file,
 )
-from roder_runtime._cli._ids import all_threads, resolve_thread_id
+from roder_runtime._cli._ids import resolve_thread_id
 from roder_runtime._cost import CostRow, PricedUsage, group, priced_lines, unpriced_models
 from roder_runtime._runtime import Runtime
+from roder_runtime.threads import all_threads
 
 
 def register(sub: Any) -> None:

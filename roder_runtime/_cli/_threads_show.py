@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 
-from roder_api.codec import dumps as codec_dumps
 from roder_api.codec import to_dict
 from roder_api.errors import ThreadNotFoundError
 from roder_api.events import (
@@ -17,7 +15,6 @@ from roder_api.events import (
     ErrorEvent,
     Event,
     ItemCompleted,
-    JournalEvent,
     ModelStepStarted,
     TurnAborted,
     TurnComplete,
@@ -25,21 +22,8 @@ from roder_api.events import (
     UsageUpdated,
     WarningEvent,
 )
-from roder_api.threads import (
-    ThreadMetadata,
-    ThreadSnapshot,
-)
-from roder_api.transcript import (
-    AssistantMessage,
-    ContextCompaction,
-    ProviderMetadata,
-    Reasoning,
-    ToolCallRecord,
-    ToolResultRecord,
-    TranscriptItem,
-    UserMessage,
-    is_compaction_boundary,
-)
+from roder_api.threads import ThreadSnapshot
+from roder_runtime import threads
 from roder_runtime._cli._common import (
     EXIT_OK,
     CommandError,
@@ -50,36 +34,10 @@ from roder_runtime._cli._common import (
     write_text_file,
 )
 from roder_runtime._cli._ids import resolve_thread_id
-from roder_runtime._cli._threads_manage import (
-    forked_from,
-)
+from roder_runtime._export import describe_item, forked_from
 from roder_runtime._runtime import Runtime
 
 # --- show ---------------------------------------------------------------------------------------
-
-
-def describe_item(item: TranscriptItem) -> str:
-    """Return one readable line for a transcript item."""
-    if isinstance(item, UserMessage):
-        return f"you> {item.text}"
-    if isinstance(item, AssistantMessage):
-        mark = " [interrupted]" if item.interrupted else ""
-        return f"assistant> {item.text}{mark}"
-    if isinstance(item, Reasoning):
-        return f"(reasoning) {item.text}"
-    if isinstance(item, ToolCallRecord):
-        return f"(tool call {item.id}) {item.name}({item.arguments})"
-    if isinstance(item, ToolResultRecord):
-        return f"(tool result {item.id}{' error' if item.is_error else ''}) {item.result}"
-    if isinstance(item, ContextCompaction):
-        return f"(compaction boundary) {item.summary}"
-    if isinstance(item, ProviderMetadata):
-        if is_compaction_boundary(item):
-            kept = item.data.get("compacted_input")
-            count = len(kept) if isinstance(kept, list) else 0
-            return f"(native compaction boundary; replays {count} provider items first)"
-        return "(provider data)"
-    return repr(item)
 
 
 def _clip(text: str, width: int = 80) -> str:
@@ -124,20 +82,12 @@ async def _snapshot(runtime: Runtime, thread_id: str) -> ThreadSnapshot:
     return snapshot
 
 
-async def _events_up_to(runtime: Runtime, thread_id: str, last: int) -> list[JournalEvent]:
-    """Return events 1..``last``: those the metadata just read describes (writers may go on)."""
-    if last < 1:
-        return []
-    return await (await runtime.store()).read_events(thread_id, limit=last)
-
-
 async def show_command(args: argparse.Namespace) -> int:
     """Show a thread's transcript, or with ``--events`` its raw journal."""
     async with open_runtime(args) as runtime:
         args.thread_id = await resolve_thread_id(runtime, args.thread_id)
         if args.events:
-            meta = await runtime.get_thread(args.thread_id)
-            entries = await _events_up_to(runtime, args.thread_id, meta.last_sequence)
+            meta, entries = await threads.read_journal(runtime, args.thread_id)
             snapshot = None
         else:
             snapshot = await _snapshot(runtime, args.thread_id)
@@ -182,75 +132,14 @@ async def show_command(args: argparse.Namespace) -> int:
 # --- export -------------------------------------------------------------------------------------
 
 
-def export_jsonl(meta: ThreadMetadata, entries: Sequence[JournalEvent]) -> str:
-    """Return the JSON-lines export: the metadata, then each journal event, one per line."""
-    lines = [codec_dumps(meta)]
-    lines.extend(codec_dumps(entry) for entry in entries)
-    return b"\n".join(lines).decode() + "\n"
-
-
-def _fenced(text: str, lang: str = "") -> str:
-    fence = "```"
-    while fence in text:
-        fence += "`"
-    return f"{fence}{lang}\n{text}\n{fence}"
-
-
-def export_markdown(snapshot: ThreadSnapshot) -> str:
-    """Return the Markdown export: a heading, the metadata, and every turn's items."""
-    meta = snapshot.metadata
-    out = [f"# {meta.title or 'Thread ' + meta.thread_id}", ""]
-    out.append(f"- thread: `{meta.thread_id}`")
-    out.append(f"- created: {format_ms(meta.created_at_ms)}")
-    out.append(f"- updated: {format_ms(meta.updated_at_ms)}")
-    out.append(f"- items: {meta.item_count}; tokens: {meta.usage.total_tokens}")
-    origin = forked_from(meta)
-    if origin is not None:
-        out.append(
-            f"- forked from: `{origin.get('thread_id')}` at sequence {origin.get('sequence')}"
-        )
-    for number, turn in enumerate(snapshot.turns, start=1):
-        out += ["", f"## Turn {number}", ""]
-        for item in turn.items:
-            out += [_markdown_item(item), ""]
-        out.pop()
-    return "\n".join(out) + "\n"
-
-
-def _markdown_item(item: TranscriptItem) -> str:
-    if isinstance(item, UserMessage):
-        return f"**You:**\n\n{item.text}"
-    if isinstance(item, AssistantMessage):
-        mark = " *(interrupted)*" if item.interrupted else ""
-        return f"**Assistant:**{mark}\n\n{item.text}"
-    if isinstance(item, Reasoning):
-        quoted = "\n".join(f"> {line}" for line in item.text.splitlines() or [""])
-        return f"*Reasoning:*\n\n{quoted}"
-    if isinstance(item, ToolCallRecord):
-        return f"**Tool call** `{item.name}` (`{item.id}`):\n\n{_fenced(item.arguments, 'json')}"
-    if isinstance(item, ToolResultRecord):
-        label = "Tool error" if item.is_error else "Tool result"
-        return f"**{label}** `{item.name}` (`{item.id}`):\n\n{_fenced(item.result)}"
-    if isinstance(item, ContextCompaction):
-        return f"---\n\n*Compaction summary:*\n\n{item.summary}\n\n---"
-    return f"*{describe_item(item)}*"
-
-
 async def export_command(args: argparse.Namespace) -> int:
     """Export a thread to stdout or a file."""
     if args.json and not args.output:
         raise CommandError("--json needs -o FILE (without it the export goes to stdout)", 2)
     async with open_runtime(args) as runtime:
         args.thread_id = await resolve_thread_id(runtime, args.thread_id)
-        if args.format == "jsonl":
-            meta = await runtime.get_thread(args.thread_id)
-            entries = await _events_up_to(runtime, args.thread_id, meta.last_sequence)
-            text = export_jsonl(meta, entries)
-            count = len(entries)
-        else:
-            snapshot = await _snapshot(runtime, args.thread_id)
-            text = export_markdown(snapshot)
-            count = snapshot.metadata.last_sequence
+        export = await threads.export_thread(runtime, args.thread_id, args.format)
+    text, count = export.text, export.events
     if not args.output or args.output == "-":
         sys.stdout.write(text)
         return EXIT_OK

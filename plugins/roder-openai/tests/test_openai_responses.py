@@ -96,7 +96,7 @@ async def test_reasoning_turn_keeps_the_done_item_and_replays_it_exactly(
         item = kept[0].data["item"]
         # One source of truth: output_item.done, never the added or completed copies.
         assert item["encrypted_content"] == "gAAAAB-from-output-item-done-c2VjcmV0IHJlYXNvbmluZw=="
-        assert events[-2] == Usage(TokenUsage(50, 140, 190))
+        assert events[-2] == Usage(TokenUsage(50, 140, 190, reasoning_tokens=128))
         assert events[-1] == Completed("stop", "resp_reason_1")
         # The runtime stores the metadata as it comes, the texts when the step ends.
         history = (
@@ -187,7 +187,9 @@ async def test_native_compaction_yields_the_boundary_and_replay_starts_with_it(
         returned = json.loads(fixture_bytes("compact_success.json"))["output"]
         assert boundary.data["compacted_input"] == returned  # as returned, in order
         assert boundary.data["output"] == [returned[-1]]
-        assert usage == Usage(TokenUsage(4200, 300, 4500, cached_prompt_tokens=4000))
+        assert usage == Usage(
+            TokenUsage(4200, 300, 4500, cached_prompt_tokens=4000, reasoning_tokens=120)
+        )
         assert done == Completed("compacted", "resp_compact_1")
         await collect(engine.stream_turn(CTX, request(boundary, UserMessage("What is next?"))))
     compact_request = server.requests[0]

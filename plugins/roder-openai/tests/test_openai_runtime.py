@@ -60,6 +60,12 @@ async def test_a_reasoning_turn_is_persisted_and_replayed_exactly(
         ]
         assert isinstance(items[1], ProviderMetadata) and isinstance(items[2], Reasoning)
         assert snapshot.metadata.usage.total_tokens == 190
+        assert snapshot.metadata.usage.reasoning_tokens == 128
+        # The response's id, its finish reason and the reasoning tokens reach the journal.
+        events = await (await runtime.journal(thread_id)).read_events()
+        (billed,) = [e.event for e in events if isinstance(e.event, UsageUpdated)]
+        assert (billed.response_id, billed.finish_reason) == ("resp_reason_1", "stop")
+        assert billed.usage.reasoning_tokens == 128
         again = await runtime.run_turn(thread_id, "Another?", engine="openai", model="gpt-test")
         assert again == "Hello from loopback."
     replayed = server.posted("/responses")[1].json()["input"]

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import gzip
-import threading
-import zlib
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
-    ExportMetricsServiceRequest,
-)
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from otel_collector import CollectorServer
 
 from roder_api.extension import ExtensionRegistryBuilder
 from roder_api.inference import (
@@ -146,7 +138,10 @@ async def test_a_turn_is_exported_as_genai_spans_and_metrics(tmp_path: Path) -> 
     assert sum(p.count for p in durations) == 3  # one per model call attempt
 
 
-async def test_the_live_trace_equals_the_rebuilt_one(tmp_path: Path) -> None:
+async def test_the_observer_emits_the_spans_rebuild_traces_folds(tmp_path: Path) -> None:
+    # The observer is built on rebuild_traces: this checks how it hands the spans to the SDK
+    # (ids, parents, times, attributes, status). The journal and the live export are
+    # compared across processes in test_otel_cli.py.
     observer, exporter, _ = _in_memory()
     thread_id, events = await _run(
         tmp_path / "threads", ExtensionRegistryBuilder().observer(observer)
@@ -191,84 +186,30 @@ def test_it_is_off_unless_configured() -> None:
     assert info.error is not None and "unknown key 'endpont'" in info.error
 
 
-class _Collector(BaseHTTPRequestHandler):
-    """An OTLP/HTTP receiver: decodes the protobuf the exporter posts."""
-
-    traces: list[ExportTraceServiceRequest]
-    metrics: list[ExportMetricsServiceRequest]
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        encoding = self.headers.get("Content-Encoding")
-        if encoding == "gzip":
-            body = gzip.decompress(body)
-        elif encoding == "deflate":
-            body = zlib.decompress(body)
-        assert self.headers["Content-Type"] == "application/x-protobuf"
-        if self.path == "/v1/traces":
-            request = ExportTraceServiceRequest()
-            request.ParseFromString(body)
-            self.server.traces.append(request)  # type: ignore[attr-defined]
-        elif self.path == "/v1/metrics":
-            metrics = ExportMetricsServiceRequest()
-            metrics.ParseFromString(body)
-            self.server.metrics.append(metrics)  # type: ignore[attr-defined]
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def collector() -> Iterator[ThreadingHTTPServer]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
-    server.traces = []  # type: ignore[attr-defined]
-    server.metrics = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 async def test_the_plugin_exports_over_otlp_http(
-    tmp_path: Path, collector: ThreadingHTTPServer
+    tmp_path: Path, collector: CollectorServer
 ) -> None:
-    port = collector.server_address[1]
-    settings = {"otel": {"endpoint": f"http://127.0.0.1:{port}", "service_name": "otel-test"}}
+    settings = {"otel": {"endpoint": collector.endpoint, "service_name": "otel-test"}}
     builder = ExtensionRegistryBuilder(settings=settings)
     info = builder.load_plugin("otel", otel_plugin)
     assert info.error is None and info.observers == 1
     thread_id, _ = await _run(tmp_path / "threads", builder)
     # Closing the runtime flushes the batch processor and the metric reader.
-    traces: list[ExportTraceServiceRequest] = collector.traces  # type: ignore[attr-defined]
-    spans = [
-        span
-        for request in traces
-        for resource in request.resource_spans
-        for scope in resource.scope_spans
-        for span in scope.spans
-    ]
+    spans = collector.spans()
     names = sorted(span.name for span in spans)
     assert names == sorted(
         ["invoke_agent roder", "chat gpt-4o", "chat gpt-4o", "execute_tool lookup", "chat gpt-4o"]
     )
-    resource = traces[0].resource_spans[0].resource
+    resource = collector.traces[0].resource_spans[0].resource
     assert any(
         a.key == "service.name" and a.value.string_value == "otel-test" for a in resource.attributes
     )
     root = next(s for s in spans if s.name == "invoke_agent roder")
     conversation = {a.key: a.value.string_value for a in root.attributes}["gen_ai.conversation.id"]
     assert conversation == thread_id
-    metrics: list[ExportMetricsServiceRequest] = collector.metrics  # type: ignore[attr-defined]
     metric_names = {
         m.name
-        for request in metrics
+        for request in collector.metrics
         for resource_metrics in request.resource_metrics
         for scope in resource_metrics.scope_metrics
         for m in scope.metrics

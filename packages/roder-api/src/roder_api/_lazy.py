@@ -116,16 +116,23 @@ T = TypeVar("T")
 class LazyTable(Mapping[str, T]):
     """A registry table whose declared ids import their plugin when first looked up.
 
-    Its keys are what is registered plus what not-yet-imported plugins declare, so ``in``,
-    ``len`` and iterating import nothing; a value is imported on ``[id]``. For a kind whose
-    names are only known when the plugins run (tools), every access but a hit on a declared
-    name imports the kind's plugins first.
+    A value is imported on ``[id]``: only the plugin that declares ``id``. Membership is
+    what the plugins really registered, so ``id in table`` imports the one plugin that
+    declares ``id`` (a plugin may decline an id it declared: misconfigured, or failing to
+    import) — except with ``declared_is_in`` (commands: a command is always registered, so
+    ``roder --help`` lists it from the declaration alone, and iterating imports nothing);
+    otherwise iterating and ``len`` import every plugin of the kind. For a kind whose names
+    are only known when the plugins run (tools), every access but a hit on a declared name
+    imports the kind's plugins first.
     """
 
-    def __init__(self, loader: Loader, kind: str, *, whole_kind: bool = False) -> None:
+    def __init__(
+        self, loader: Loader, kind: str, *, whole_kind: bool = False, declared_is_in: bool = False
+    ) -> None:
         self._loader = loader
         self._kind = kind
         self._whole_kind = whole_kind
+        self._declared_is_in = declared_is_in
 
     def _settled(self) -> dict[str, Any]:
         if self._whole_kind:
@@ -140,12 +147,19 @@ class LazyTable(Mapping[str, T]):
         return found
 
     def __contains__(self, key: object) -> bool:
-        pending = self._loader._pending_ids(self._kind)
-        if key in self._loader._table(self._kind) or key in list(pending):
+        table = self._loader._table(self._kind)
+        if key in table:
             return True
+        if isinstance(key, str) and key in list(self._loader._pending_ids(self._kind)):
+            if self._declared_is_in:
+                return True
+            self._loader._load_for(self._kind, key)
+            return key in table
         return self._whole_kind and key in self._settled()
 
     def __iter__(self) -> Iterator[str]:
+        if not self._declared_is_in:
+            self._loader._load_kind(self._kind)
         table = self._settled()
         return iter([*table, *(i for i in self._loader._pending_ids(self._kind) if i not in table)])
 
@@ -192,3 +206,32 @@ class LazyList(Sequence[T]):
 
     def __repr__(self) -> str:
         return f"LazyList({self._items!r}, pending={self._pending()})"
+
+
+class SettledMapping(Mapping[str, T]):
+    """A registry mapping filled as plugins are imported (what was found misconfigured):
+    every read imports the plugins not imported yet first, so that it is complete.
+
+    Only error paths and ``roder config check`` read it; a lookup by id already imported the
+    one plugin that declares the id.
+    """
+
+    def __init__(self, items: Mapping[str, T], load_all: Callable[[], None]) -> None:
+        self._items = items
+        self._load_all = load_all
+
+    def __getitem__(self, key: str) -> T:
+        if key not in self._items:
+            self._load_all()
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        self._load_all()
+        return iter(list(self._items))
+
+    def __len__(self) -> int:
+        self._load_all()
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"SettledMapping({dict(self)!r})"

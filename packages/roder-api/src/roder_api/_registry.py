@@ -192,8 +192,10 @@ def lazy_registry(loader: _lazy.Loader) -> ExtensionRegistry:
         sources=MappingProxyType(loader._sources),
         tools=_lazy.LazyTable(loader, _lazy.TOOLS, whole_kind=True),
         tool_conflicts=_lazy.LazyTable(loader, _lazy.TOOL_CONFLICTS, whole_kind=True),
-        commands=_lazy.LazyTable(loader, _lazy.COMMANDS),
-        misconfigured=MappingProxyType(loader._misconfigured),
+        commands=_lazy.LazyTable(loader, _lazy.COMMANDS, declared_is_in=True),
+        misconfigured=_lazy.SettledMapping(
+            MappingProxyType(loader._misconfigured), lambda: loader._load_kind(None)
+        ),
         observers=_lazy.LazyList(
             loader._observers,
             lambda: loader._has_pending(_lazy.OBSERVERS),

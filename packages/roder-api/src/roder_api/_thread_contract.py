@@ -5,13 +5,11 @@ home, which also re-exports the store kit's helpers). It lives apart so that
 :mod:`roder_api.storekit` and :mod:`roder_api.codec` can import it without importing
 ``roder_api.threads``, which imports the kit: no import cycle. Every public name here says
 ``roder_api.threads`` in its ``__module__``, so pickles, reprs and docs name the public
-home, as they did before the split (one cost: ``inspect.getsource`` of those classes looks
-for them in ``threads.py``, and fails; their source is here).
+home (one cost: ``inspect.getsource`` of those classes fails; their source is here).
 
 Besides the records and the bases: thread-id validation, ``UNSET``, the lease types, the
 in-process leases behind the default :meth:`ThreadStore.lease`, and :func:`replay_start`,
-the one rule for where replay starts (the default :meth:`ThreadStore.replay_events` uses
-it; the kit re-exports it).
+the one rule for where replay starts (the kit re-exports it).
 """
 
 from __future__ import annotations
@@ -29,11 +27,7 @@ from typing import Any, ClassVar
 
 from roder_api._record import Record, from_dict, register
 from roder_api._store_waits import AppendWakeups, find_pending_input, poll_for_events
-from roder_api.errors import (
-    InvalidThreadIdError,
-    ThreadBusyError,
-    ThreadNotFoundError,
-)
+from roder_api.errors import InvalidThreadIdError, ThreadBusyError, ThreadNotFoundError
 from roder_api.events import (
     Event,
     ItemCompleted,

@@ -125,6 +125,10 @@ class UsageUpdated(Record):
 
     ``model`` and ``provider`` (the engine's id) say what billed them, for pricing; None in
     journals written before they were recorded (their cost is then unknown).
+    ``response_id`` and ``finish_reason`` are the provider's id of the response and why it
+    stopped (its ``Completed``), on the usage a completed model call reported last; None on
+    other usage, when the engine did not say, and in journals written before they were
+    recorded.
     """
 
     turn_id: str | None
@@ -132,6 +136,8 @@ class UsageUpdated(Record):
     purpose: str = UsagePurpose.TURN
     model: str | None = None
     provider: str | None = None
+    response_id: str | None = None
+    finish_reason: str | None = None
 
 
 @register("compaction_started")

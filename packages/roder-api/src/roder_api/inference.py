@@ -18,7 +18,10 @@ class TokenUsage(Record):
     """Tokens used by one or more model calls; ``a + b`` adds them field by field.
 
     ``prompt_tokens`` includes ``cached_prompt_tokens`` and ``cache_creation_prompt_tokens``
-    (they are subsets, as in the OpenAI and Anthropic APIs).
+    (they are subsets, as in the OpenAI and Anthropic APIs); ``completion_tokens`` includes
+    ``reasoning_tokens`` (the part the model spent reasoning, where the provider says so:
+    OpenAI's ``reasoning_tokens``; 0 when it does not, and in journals written before it
+    was recorded).
     """
 
     prompt_tokens: int = 0
@@ -26,6 +29,7 @@ class TokenUsage(Record):
     total_tokens: int = 0
     cached_prompt_tokens: int = 0
     cache_creation_prompt_tokens: int = 0
+    reasoning_tokens: int = 0
 
     def __add__(self, other: object) -> TokenUsage:
         if not isinstance(other, TokenUsage):
@@ -38,6 +42,7 @@ class TokenUsage(Record):
             cache_creation_prompt_tokens=(
                 self.cache_creation_prompt_tokens + other.cache_creation_prompt_tokens
             ),
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
     def is_zero(self) -> bool:
@@ -48,6 +53,7 @@ class TokenUsage(Record):
             or self.total_tokens
             or self.cached_prompt_tokens
             or self.cache_creation_prompt_tokens
+            or self.reasoning_tokens
         )
 
 

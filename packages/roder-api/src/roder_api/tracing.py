@@ -114,10 +114,18 @@ def _usage_attributes(usage: TokenUsage) -> dict[str, AttributeValue]:
         found["gen_ai.usage.cache_read.input_tokens"] = usage.cached_prompt_tokens
     if usage.cache_creation_prompt_tokens:
         found["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_creation_prompt_tokens
-    reasoning = getattr(usage, "reasoning_tokens", 0)
-    if reasoning:
-        found["gen_ai.usage.reasoning.output_tokens"] = reasoning
+    if usage.reasoning_tokens:
+        found["gen_ai.usage.reasoning.output_tokens"] = usage.reasoning_tokens
     return found
+
+
+def _response_attributes(span: SpanData, event: UsageUpdated) -> None:
+    """Put the provider's response id and finish reason (journaled with the usage) on ``span``."""
+    if event.response_id:
+        span.attributes["gen_ai.response.id"] = event.response_id
+    if event.finish_reason:
+        # The provider's own word wins over what the step's items suggest (see _item).
+        span.attributes["gen_ai.response.finish_reasons"] = [event.finish_reason]
 
 
 def _messages(role: str, text: str) -> str:
@@ -286,10 +294,12 @@ class _Builder:
             span = self.model_span.get(event.turn_id)
             if span is not None:
                 span.usage = span.usage + event.usage
+                _response_attributes(span, event)
         else:
             span = self.compaction.get(key)
             if span is not None:
                 span.usage = span.usage + event.usage
+                _response_attributes(span, event)
                 if event.model and "gen_ai.request.model" not in span.attributes:
                     span.name = f"chat {event.model}"
                     span.attributes["gen_ai.request.model"] = event.model
@@ -301,14 +311,16 @@ class _Builder:
 
     def _item(self, event: ItemCompleted, at: int) -> None:
         item, turn_id = event.item, event.turn_id
-        trace = self.traces[turn_id]
+        trace = self.traces.get(turn_id)
+        if trace is None:
+            return  # the boundary of a compaction outside a turn (its own trace)
         if isinstance(item, UserMessage) and self.capture:
             trace.root.attributes.setdefault("gen_ai.input.messages", _messages("user", item.text))
         span = self.model_span.get(turn_id)
         if isinstance(item, ToolCallRecord):
             self.tool_names[(turn_id, item.id)] = (item.name, item.arguments)
             if span is not None:
-                span.attributes["gen_ai.response.finish_reasons"] = ["tool_calls"]
+                span.attributes.setdefault("gen_ai.response.finish_reasons", ["tool_calls"])
         elif isinstance(item, AssistantMessage) and span is not None:
             span.attributes.setdefault("gen_ai.response.finish_reasons", ["stop"])
             if not span.output:

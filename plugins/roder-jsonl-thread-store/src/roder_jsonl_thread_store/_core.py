@@ -93,6 +93,7 @@ def metadata_json(meta: ThreadMetadata) -> bytes:
                 "total_tokens": usage.total_tokens,
                 "cached_prompt_tokens": usage.cached_prompt_tokens,
                 "cache_creation_prompt_tokens": usage.cache_creation_prompt_tokens,
+                "reasoning_tokens": usage.reasoning_tokens,
             },
             "item_count": meta.item_count,
             "last_sequence": meta.last_sequence,

@@ -43,11 +43,19 @@ FAILED_FINISH_REASONS = frozenset({"length", "content_filter"})
 
 
 def chat_usage(usage: Any) -> TokenUsage | None:
-    """Return a Chat Completions ``usage`` object as ``TokenUsage`` (None when absent)."""
+    """Return a Chat Completions ``usage`` object as ``TokenUsage`` (None when absent).
+
+    ``completion_tokens_details.reasoning_tokens`` (part of ``completion_tokens``) becomes
+    ``reasoning_tokens``.
+    """
     if not isinstance(usage, Mapping):
         return None
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens", 0) if isinstance(details, Mapping) else 0
+    output_details = usage.get("completion_tokens_details")
+    reasoning = (
+        output_details.get("reasoning_tokens", 0) if isinstance(output_details, Mapping) else 0
+    )
     prompt = int(usage.get("prompt_tokens") or 0)
     completion = int(usage.get("completion_tokens") or 0)
     return TokenUsage(
@@ -55,6 +63,7 @@ def chat_usage(usage: Any) -> TokenUsage | None:
         completion_tokens=completion,
         total_tokens=int(usage.get("total_tokens") or prompt + completion),
         cached_prompt_tokens=int(cached or 0),
+        reasoning_tokens=int(reasoning or 0),
     )
 
 

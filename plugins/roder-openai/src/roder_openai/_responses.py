@@ -56,12 +56,18 @@ TERMINAL_EVENTS = frozenset(
 def responses_usage(usage: Any) -> TokenUsage | None:
     """Return a Responses ``usage`` object as ``TokenUsage`` (None when absent).
 
-    ``input_tokens`` already includes the cached tokens, as ``prompt_tokens`` does.
+    ``input_tokens`` already includes the cached tokens, as ``prompt_tokens`` does, and
+    ``output_tokens`` the reasoning tokens (``output_tokens_details.reasoning_tokens``), as
+    ``completion_tokens`` does.
     """
     if not isinstance(usage, Mapping):
         return None
     details = usage.get("input_tokens_details")
     cached = details.get("cached_tokens", 0) if isinstance(details, Mapping) else 0
+    output_details = usage.get("output_tokens_details")
+    reasoning = (
+        output_details.get("reasoning_tokens", 0) if isinstance(output_details, Mapping) else 0
+    )
     prompt = int(usage.get("input_tokens") or 0)
     completion = int(usage.get("output_tokens") or 0)
     return TokenUsage(
@@ -69,6 +75,7 @@ def responses_usage(usage: Any) -> TokenUsage | None:
         completion_tokens=completion,
         total_tokens=int(usage.get("total_tokens") or prompt + completion),
         cached_prompt_tokens=int(cached or 0),
+        reasoning_tokens=int(reasoning or 0),
     )
 
 

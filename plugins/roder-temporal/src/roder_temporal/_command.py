@@ -27,7 +27,17 @@ examples:
   roder serve --dispatch temporal   accept runs over HTTP and schedule them on Temporal
 (see docs/serve.md, "Runs on Temporal")"""
     actions = parser.add_subparsers(dest="temporal_action", metavar="ACTION", required=True)
-    actions.add_parser("worker", help="answer runs scheduled on Temporal (no HTTP)")
+    worker = actions.add_parser(
+        "worker",
+        help="answer runs scheduled on Temporal (no HTTP)",
+        description="Answer runs scheduled on Temporal (no HTTP).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    worker.epilog = """\
+examples:
+  roder temporal worker                    the [temporal] address, namespace and task_queue
+  roder --config fleet.toml temporal worker   another configuration's store and queue
+(one line on stderr per run it takes; SIGINT or SIGTERM stops it)"""
 
 
 def _say(line: str) -> None:
