@@ -16,9 +16,11 @@ import orjson
 
 from roder_api.extension import ExtensionRegistryBuilder
 from roder_api.testing import ScriptedEngine
+from roder_api.threads import ThreadStoreFactory
 from roder_api.transcript import UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig
+from roder_sqlite_thread_store import SqliteThreadStoreFactory
 
 TEXT = "lorem ipsum dolor sit amet " * 13  # about 400 bytes per item as stored
 
@@ -97,10 +99,38 @@ def set_durability(durability: str | None) -> None:
     DURABILITY = durability
 
 
+STORE = "jsonl"
+"""The store Roder runs on (``--store``): ``jsonl`` or ``sqlite``."""
+
+
+def set_store(store: str) -> None:
+    """Measure Roder on ``store`` (``jsonl`` or ``sqlite``) instead of the JSONL store."""
+    global STORE
+    STORE = store
+
+
 def jsonl_factory(base: Path) -> JsonlThreadStoreFactory:
     if DURABILITY is None:
         return JsonlThreadStoreFactory(base)
     return JsonlThreadStoreFactory(base, durability=DURABILITY)
+
+
+def store_factory(base: Path, *, durability: str | None = None) -> ThreadStoreFactory:
+    """Return the factory of the store measured (``--store``) at ``base``.
+
+    ``durability`` overrides ``--durability`` (a thread written only to be read)."""
+    if STORE == "sqlite":
+        base.mkdir(parents=True, exist_ok=True)
+        mode = durability or DURABILITY
+        path = base / "threads.sqlite3"
+        return (
+            SqliteThreadStoreFactory(path, durability=mode)
+            if mode
+            else SqliteThreadStoreFactory(path)
+        )
+    if durability is not None:
+        return JsonlThreadStoreFactory(base, durability=durability)
+    return jsonl_factory(base)
 
 
 @asynccontextmanager
@@ -108,7 +138,7 @@ async def runtime_at(base: Path) -> Any:
     """Yield a Runtime on a JSONL store at ``base`` (default durability unless asked)."""
     builder = ExtensionRegistryBuilder()
     builder.inference_engine(ScriptedEngine())
-    builder.thread_store_factory(jsonl_factory(base))
+    builder.thread_store_factory(store_factory(base))
     async with Runtime(builder.build(), RuntimeConfig()) as runtime:
         await runtime.store()
         yield runtime

@@ -17,6 +17,7 @@ from _api_common import (
     peer_session,
     raw_line,
     runtime_at,
+    store_factory,
     user_item,
 )
 from _store_raw import raw_load, raw_tail  # the same raw reads as store_bench's
@@ -24,7 +25,6 @@ from _store_raw import raw_load, raw_tail  # the same raw reads as store_bench's
 from roder_api.extension import ExtensionRegistryBuilder
 from roder_api.testing import ScriptedEngine
 from roder_api.transcript import ContextCompaction
-from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig
 
 # --- W3 / W4: reads of a long thread ----------------------------------------------------------
@@ -46,7 +46,7 @@ async def long_thread(root: Path, items: int, *, boundary_from_end: int) -> Long
     base = root / f"long-{items}"
     builder = ExtensionRegistryBuilder()
     builder.inference_engine(ScriptedEngine())
-    builder.thread_store_factory(JsonlThreadStoreFactory(base, durability="none"))
+    builder.thread_store_factory(store_factory(base, durability="none"))
     async with Runtime(builder.build(), RuntimeConfig()) as runtime:
         tid = (await runtime.create_thread(title="long")).thread_id
         cut = items - boundary_from_end

@@ -46,9 +46,20 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from _api_common import FULL, QUICK, Sizes, jsonl_factory, peer_available, set_durability
+from _api_common import (
+    FULL,
+    QUICK,
+    Sizes,
+    peer_available,
+    set_durability,
+    set_store,
+    store_factory,
+)
 from _api_reads import long_thread, w3, w4
 from _api_writes import w1, w2, w5
+
+STORE_NAMES = {"jsonl": "JSONL", "sqlite": "SQLite"}
+"""The stores ``--store`` measures Roder on, and how the table names them."""
 
 # --- the table --------------------------------------------------------------------------------
 
@@ -215,15 +226,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     rows = rows_from(results, sizes)
-    durability = jsonl_factory(root).durability
+    durability = getattr(store_factory(root / "probe"), "durability", None)
     print(
-        f"Roder: public Runtime API, JSONL store, default durability {durability!r}; "
+        f"Roder: public Runtime API, {STORE_NAMES[args.store]} store, durability {durability!r}; "
         f"{'quick' if args.quick else 'full'} sizes {sizes}"
     )
     print_table(rows, results)
     return {
         "quick": args.quick,
         "durability": durability,
+        "store": args.store,
         "sizes": sizes.__dict__,
         "peer_installed": peer_available(),
         "results": results,
@@ -240,8 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--durability", help="the JSONL durability to measure (default: the store's default)"
     )
+    parser.add_argument(
+        "--store", choices=sorted(STORE_NAMES), default="jsonl", help="the store Roder runs on"
+    )
     args = parser.parse_args(argv)
     set_durability(args.durability)
+    set_store(args.store)
     if args.only:
         args.only = args.only.lower()
     data = asyncio.run(main_async(args))

@@ -13,9 +13,14 @@ A session records its events here. The recorder
   once, later ones wait in a pending batch that any other event, a phase or step change, a
   full batch or a timer flushes first; a delta is never split and one larger than the limit
   passes whole;
+- lets the tasks that are ready record before it takes a batch (one pass of the event
+  loop), so events recorded back to back share one append (one sync);
 - appends a batch of its caller's at once, in order with everything recorded before it and
   conditionally if asked (:meth:`EventRecorder.append_now`: a compaction's commit, closing
   a dead turn), and delivers it like any other;
+- encodes each event once: the bytes it counts against its budget are the bytes the store
+  writes (handed down as :class:`~roder_api.storekit.EncodedEvents`); text deltas are
+  counted by their text and encoded once, when their (merged) batch is persisted;
 - stops for good when persisting fails: nothing more is delivered, and ``flush()``,
   ``next_event()`` and ``record()`` raise a ``RecorderError`` whose ``__cause__`` is the
   store's error.
@@ -33,10 +38,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
+import anyio.lowlevel
 
 from roder_api.codec import dumps
 from roder_api.errors import RecorderError, RecorderFullError, SequenceConflictError, StoppedError
 from roder_api.events import AssistantContentDelta, ContentPhase, Event, JournalEvent
+from roder_api.storekit import EncodedEvents
 
 COALESCE_BYTES = 16 * 1024
 """The most UTF-8 bytes of text merged into one delivered delta."""
@@ -64,16 +71,41 @@ class Append(Protocol):
 StreamKey = tuple[str, str, ContentPhase]
 
 
-def event_size(event: Event) -> int:
-    """Return the bytes an event is counted for against the recorder's byte budget."""
+Measured = tuple[int, bytes | None]
+"""An event's size against the byte budget and its codec bytes (None: encoded later)."""
+
+
+def measure(event: Event) -> Measured:
+    """Return the bytes an event is counted for against the byte budget, and its encoding.
+
+    A text delta is counted by its text (it may still be merged with the next ones, so it
+    is encoded when its batch is persisted); any other event is encoded here, once, and
+    counted by its bytes. Raise ``UnserializableEventError`` naming the path when the
+    value rule refuses the event.
+    """
     if isinstance(event, AssistantContentDelta):
-        return (
+        size = (
             len(event.delta.encode("utf-8"))
             + len(event.turn_id)
             + len(event.model_step_id)
             + _DELTA_OVERHEAD
         )
-    return len(dumps(event))
+        return size, None
+    payload = dumps(event)
+    return len(payload), payload
+
+
+def event_size(event: Event) -> int:
+    """Return the bytes an event is counted for against the recorder's byte budget."""
+    return measure(event)[0]
+
+
+def encoded(queued: Sequence[tuple[Event, int, bytes | None]]) -> EncodedEvents:
+    """Return queued events as one batch with their bytes (deltas encoded now, once)."""
+    return EncodedEvents(
+        (event for event, _, _ in queued),
+        [payload if payload is not None else dumps(event) for event, _, payload in queued],
+    )
 
 
 @dataclass(slots=True)
@@ -140,7 +172,7 @@ class EventRecorder:
         self.byte_budget = byte_budget
         self.coalesce_bytes = coalesce_bytes
         self.coalesce_seconds = coalesce_seconds
-        self._to_persist: deque[tuple[Event, int]] = deque()
+        self._to_persist: deque[tuple[Event, int, bytes | None]] = deque()
         self._to_deliver: deque[tuple[JournalEvent, int]] = deque()
         self._pending: _Pending | None = None
         self._last_stream: StreamKey | None = None
@@ -188,25 +220,28 @@ class EventRecorder:
             return False
         return self._n.size + size <= self.byte_budget or self._n.count == 0
 
-    def record(self, event: Event, *, room_checked: bool = False) -> None:
+    def record(
+        self, event: Event, *, room_checked: bool = False, measured: Measured | None = None
+    ) -> None:
         """Accept ``event`` for persisting and delivery, or refuse it.
 
         Raised ``RecorderFullError("event recorder queue is full")`` when the queue is full
         by count or by bytes (nothing of ``event`` is kept); ``RecorderError`` (with the
         store's error as ``__cause__``) after a failure; ``StoppedError`` once closed.
         ``room_checked``: the caller made sure of room with :meth:`has_room` for a group of
-        events it records together, so none of them is refused.
+        events it records together, so none of them is refused. ``measured``: what
+        :func:`measure` returned for ``event`` (so the caller's encoding is the one persisted).
         """
         self._check_open()
         if isinstance(event, AssistantContentDelta):
             self._record_delta(event, room_checked)
             return
-        size = event_size(event)
+        size, payload = measured if measured is not None else measure(event)
         if not room_checked and not self.has_room(1, size):
             raise RecorderFullError(QUEUE_FULL)
         self._flush_pending()
         self._last_stream = None
-        self._enqueue(event, size)
+        self._enqueue(event, size, payload)
 
     def _record_delta(self, event: AssistantContentDelta, room_checked: bool) -> None:
         key: StreamKey = (event.turn_id, event.model_step_id, event.phase)
@@ -232,7 +267,7 @@ class EventRecorder:
         if key != self._last_stream or text_bytes > self.coalesce_bytes:
             # The first delta of a stream goes out at once; an oversized one passes whole.
             self._last_stream = key
-            self._enqueue(event, size)
+            self._enqueue(event, size, None)
             return
         self._pending = _Pending(
             key, [event.delta], text_bytes, size, anyio.current_time() + self.coalesce_seconds
@@ -241,8 +276,8 @@ class EventRecorder:
         self._n.size += size
         self._writer_wake.notify()
 
-    def _enqueue(self, event: Event, size: int) -> None:
-        self._to_persist.append((event, size))
+    def _enqueue(self, event: Event, size: int, payload: bytes | None) -> None:
+        self._to_persist.append((event, size, payload))
         self._n.count += 1
         self._n.size += size
         self._n.queued += 1
@@ -252,7 +287,7 @@ class EventRecorder:
         """Move the pending text into the persist queue (already counted)."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            self._to_persist.append((pending.event(), pending.size))
+            self._to_persist.append((pending.event(), pending.size, None))
             self._n.queued += 1
             self._writer_wake.notify()
 
@@ -266,6 +301,10 @@ class EventRecorder:
                 if pending is not None and anyio.current_time() >= pending.deadline:
                     self._flush_pending()
                 if self._to_persist:
+                    # One pass of the event loop first: what the tasks ready now record
+                    # joins this batch (a tool step's calls and their ToolCallStarted share
+                    # one sync instead of two back to back).
+                    await anyio.lowlevel.checkpoint()
                     async with self._append_lock:
                         await self._persist_batch()
                     if self._failure is not None:
@@ -286,7 +325,7 @@ class EventRecorder:
         batch = list(self._to_persist)
         self._to_persist.clear()
         try:
-            entries = await self._append([event for event, _ in batch])
+            entries = await self._append(encoded(batch))
             if len(entries) != len(batch):
                 raise RecorderError(
                     f"the store journaled {len(entries)} of {len(batch)} events of a batch"
@@ -304,10 +343,10 @@ class EventRecorder:
         if self._failure is not None:
             return  # stopped meanwhile: nothing more is delivered
         if self._discard_undelivered:
-            self._release(sum(size for _, size in batch), len(batch))
+            self._release(sum(size for _, size, _ in batch), len(batch))
             self._n.delivered += len(batch)
         else:
-            for entry, (_, size) in zip(entries, batch, strict=True):
+            for entry, (_, size, _) in zip(entries, batch, strict=True):
                 self._to_deliver.append((entry, size))
         self._progress.notify()
 
@@ -340,7 +379,8 @@ class EventRecorder:
             if self._failure is not None:
                 raise self._stopped_error()
             try:
-                entries = await self._append(events, expected_last_sequence=expected_last_sequence)
+                batch = EncodedEvents(events, [dumps(event) for event in events])
+                entries = await self._append(batch, expected_last_sequence=expected_last_sequence)
             except SequenceConflictError:
                 raise
             except Exception as exc:
@@ -350,7 +390,10 @@ class EventRecorder:
                 self._fail(RecorderError("the event recorder was cancelled while persisting"))
                 raise
             self.batches += 1
-            sizes = [event_size(event) for event in events]
+            sizes = [
+                measure(event)[0] if isinstance(event, AssistantContentDelta) else len(payload)
+                for event, payload in zip(events, batch.payloads, strict=True)
+            ]
             self._n.count += len(entries)
             self._n.size += sum(sizes)
             self._n.queued += len(entries)

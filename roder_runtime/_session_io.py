@@ -16,7 +16,7 @@ import anyio
 
 from roder_api.events import AssistantContentDelta, Event, JournalEvent
 from roder_runtime._journal import ReplayHistory, ThreadJournal
-from roder_runtime._recorder import EventRecorder, event_size
+from roder_runtime._recorder import EventRecorder, measure
 
 
 class TurnInbox:
@@ -102,14 +102,15 @@ class RecorderSink:
         is queued) once there is room for all of them. Room comes from the consumer (or,
         once closing, from persisting alone).
         """
-        size = sum(event_size(event) for event in events)
+        measured = [measure(event) for event in events]  # each event's one encoding
+        size = sum(size for size, _ in measured)
         while not self.recorder.has_room(len(events), size) and self.recorder.held:
             if self.closing:
                 await self.recorder.wait_persisted()
             else:
                 await self.recorder.flush()
-        for event in events:
-            self.recorder.record(event, room_checked=True)
+        for event, measure_of in zip(events, measured, strict=True):
+            self.recorder.record(event, room_checked=True, measured=measure_of)
 
     async def persisted(self) -> None:
         """Wait until everything recorded so far is persisted."""

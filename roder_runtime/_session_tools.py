@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio
 
-from roder_api.events import Event, ToolApprovalRequested
+from roder_api.events import Event, ToolApprovalRequested, ToolCallStarted
 from roder_api.extension import ExtensionRegistry
 from roder_api.inference import ToolSpec
 from roder_api.tools import Tool
@@ -98,7 +98,11 @@ class SessionTools:
 
         async def append(events: Sequence[Event]) -> None:
             await sink.record(*events)
-            await sink.persisted()  # durable before the tool runs (ToolCallStarted)
+            if any(isinstance(e, (ToolCallStarted, ToolApprovalRequested)) for e in events):
+                # Durable before the tool runs (ToolCallStarted), before anyone is asked.
+                await sink.persisted()
+            # Results need not wait: the recorder persists them before anything recorded
+            # after them, so they share a sync with the next model step's start.
 
         given = self._client.take(turn_id)
         return {

@@ -34,7 +34,9 @@ from roder_api.transcript import ToolCallRecord, ToolResultRecord
 from roder_runtime._config_sections import ToolsConfig
 
 Append = Callable[[Sequence[Event]], Awaitable[object]]
-"""Journal a batch of events; return once they are persisted."""
+"""Journal a batch of events in order with everything before it; return once a batch with
+``ToolCallStarted`` or ``ToolApprovalRequested`` is persisted (others may still be on their
+way, as long as nothing recorded after them is persisted first)."""
 
 CRASHED_WHILE_RUNNING = (
     "the process exited while it ran; it may or may not have taken effect "

@@ -120,9 +120,9 @@ async def test_a_cancelled_caller_does_not_stop_the_batch_it_is_in() -> None:
     assert sorted(written) == [1, 2, 3, 4]  # the cancelled caller's item was still written
 
 
-async def test_writes_run_off_the_event_loop_one_batch_at_a_time_on_one_thread() -> None:
+async def test_writes_run_off_the_event_loop_one_batch_at_a_time_on_the_kits_workers() -> None:
     loop_thread = threading.get_ident()
-    seen: list[int] = []
+    seen: list[threading.Thread] = []
     running = 0
     overlapped = False
 
@@ -130,7 +130,7 @@ async def test_writes_run_off_the_event_loop_one_batch_at_a_time_on_one_thread()
         nonlocal running, overlapped
         running += 1
         overlapped = overlapped or running > 1
-        seen.append(threading.get_ident())
+        seen.append(threading.current_thread())
         time.sleep(0.001)
         running -= 1
         return list(items)
@@ -141,26 +141,42 @@ async def test_writes_run_off_the_event_loop_one_batch_at_a_time_on_one_thread()
             for item in range(20):
                 tg.start_soon(group.submit, item)
     assert seen and not overlapped
-    assert loop_thread not in seen and len(set(seen)) == 1  # the committer thread
+    assert loop_thread not in {t.ident for t in seen}
+    # The one thread mechanism under the store path: the kit's worker pool, no thread of
+    # the group commit's own.
+    assert {t.name for t in seen} == {"roder-store-worker"}
 
 
-async def test_close_writes_what_was_handed_over_then_ends_the_committer() -> None:
+async def test_close_waits_for_the_batch_handed_over_then_refuses_more() -> None:
     written: list[int] = []
-    committer: list[threading.Thread] = []
+    entered = threading.Event()
+    release = threading.Event()
 
     def write(items: list[int]) -> Sequence[int | BaseException]:
-        committer.append(threading.current_thread())
+        entered.set()
+        assert release.wait(10)
         written.extend(items)
         return list(items)
 
     group: GroupCommit[int, int] = GroupCommit(write)
-    assert await group.submit(1) == 1
-    assert committer[0].is_alive()  # it waits for the next batch
-    await anyio.to_thread.run_sync(group.close)
-    assert not committer[0].is_alive()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(group.submit, 1)
+        await anyio.to_thread.run_sync(entered.wait, 10)
+        closing = threading.Thread(target=group.close)
+        closing.start()
+        await anyio.sleep(0.2)
+        assert closing.is_alive()  # waits for the batch being written
+        release.set()
+        await anyio.to_thread.run_sync(closing.join, 10)
+        assert not closing.is_alive()
     with pytest.raises(StoppedError, match="closed"):
         await group.submit(2)
     assert written == [1]
+
+
+def test_the_ignored_limiter_is_still_accepted_and_says_it_is_deprecated() -> None:
+    with pytest.warns(DeprecationWarning, match="ignored"):
+        GroupCommit(list, limiter=anyio.CapacityLimiter(1))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

@@ -14,12 +14,15 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import anyio
-import anyio.to_thread
-
 from roder_api.errors import StoreError, ThreadNotFoundError
 from roder_api.events import Event, JournalEvent
-from roder_api.storekit import BlockingThreadStore, FileLeases, GroupCommit, RepairableThreadStore
+from roder_api.storekit import (
+    BlockingThreadStore,
+    FileLeases,
+    GroupCommit,
+    RepairableThreadStore,
+    run_in_worker,
+)
 from roder_api.threads import (
     EventPage,
     ThreadLease,
@@ -341,7 +344,7 @@ class JsonlThreadStoreFactory(ThreadStoreFactory):
         process may not write is opened for reading, with the index kept in memory.
         """
         try:
-            return await anyio.to_thread.run_sync(self._prepare)
+            return await run_in_worker(self._prepare)
         except OSError as exc:
             raise StoreError(
                 f"cannot use {self.base_path} for the JSONL thread store: {exc.strerror or exc}"

@@ -15,7 +15,6 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from roder_api.errors import (
 )
 from roder_api.events import Event, JournalEvent
 from roder_api.inference import TokenUsage
-from roder_api.storekit import check_expected
+from roder_api.storekit import WorkerCall, check_expected, start_in_worker
 from roder_api.threads import ThreadMetadata, validate_thread_id
 from roder_jsonl_thread_store._core import (
     QUARANTINE_INFIX,
@@ -68,7 +67,8 @@ from roder_jsonl_thread_store._locks import (
 from roder_jsonl_thread_store._reader import JournalReader
 
 SYNC_WORKERS = 8
-"""Threads that sync the journals of one group commit in parallel. On ext4 here, 32 journals
+"""How many journals of one group commit are synced in parallel at most (on the store kit's
+worker threads, ``roder_api.storekit.start_in_worker``). On ext4 here, 32 journals
 synced from 4 threads took half the time of syncing them one after the other; more threads
 were slower again (the journal commits serialise)."""
 
@@ -148,7 +148,6 @@ class JournalWriter:
     def __init__(self, core: StoreCore, reader: JournalReader) -> None:
         self.core = core
         self.reader = reader
-        self._pool: ThreadPoolExecutor | None = None
         # A test seam for crash tests: called after a journal write is synced and before the
         # index is updated (a real child process SIGKILLs itself here).
         self.after_journal_write: Callable[[str], None] | None = None
@@ -194,10 +193,8 @@ class JournalWriter:
         for commit in batch:
             by_thread.setdefault(commit.thread_id, []).append(commit)
         held: list[_Held] = []
-        pending: list[Future[None]] = []
+        pending: list[WorkerCall] = []
         many = len(by_thread) > 1 and core.durability != "none"
-        if many and self._pool is None:
-            self._pool = ThreadPoolExecutor(SYNC_WORKERS, thread_name_prefix="roder-jsonl-sync")
         try:
             # Sorted, so that two processes locking several threads never deadlock.
             for thread_id in sorted(by_thread):
@@ -208,12 +205,11 @@ class JournalWriter:
                 self._prepare(entry)
                 if many and entry.data and entry.error is None:
                     # Sync this journal while the next ones are written.
-                    assert self._pool is not None
-                    pending.append(self._pool.submit(self._sync_entry, entry))
+                    self._start_sync(entry, pending)
             writing = [e for e in held if e.data and e.error is None]
             if many:
-                for future in pending:
-                    future.result()
+                for call in pending:
+                    call.result()
             elif writing and core.durability != "none":
                 self._sync_entry(writing[0])
             rows = []
@@ -227,8 +223,9 @@ class JournalWriter:
                 rows.append(core.row(entry.thread_id, entry.after))
             core.put_rows(rows)
         finally:
-            for future in pending:
-                future.exception()  # never release a lock while its journal is syncing
+            for call in pending:
+                with contextlib.suppress(BaseException):
+                    call.result()  # never release a lock while its journal is syncing
             for entry in reversed(held):
                 try:
                     if entry.fd is not None:
@@ -244,6 +241,18 @@ class JournalWriter:
                 if entry.error is not None and commit.error is None:
                     commit.error = entry.error
         return [commit.error if commit.error is not None else commit.result for commit in batch]
+
+    def _start_sync(self, entry: _Held, pending: list[WorkerCall]) -> None:
+        """Sync ``entry``'s journal on a worker thread (here when none is free), keeping at
+        most :data:`SYNC_WORKERS` syncs of this commit under way."""
+        running = [call for call in pending if not call.done()]
+        if len(running) >= SYNC_WORKERS:
+            running[0].result()
+        call = start_in_worker(self._sync_entry, entry)
+        if call is None:
+            self._sync_entry(entry)
+        else:
+            pending.append(call)
 
     def _prepare(self, entry: _Held) -> None:
         """Bring the thread's state to the journal's end and write its commits (unsynced)."""
@@ -470,7 +479,4 @@ class JournalWriter:
             core.delete_row(thread_id)
 
     def close(self) -> None:
-        """Stop the sync workers."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
+        """Nothing to stop: the syncs run on the store kit's workers, each waited for."""

@@ -21,16 +21,16 @@ the socket is replaced by ``/dev/null`` in forked children (``storekit.close_on_
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import anyio
-import anyio.to_thread
 import psycopg
 
 from roder_api.errors import LeaseLostError, StoreError, ThreadBusyError
-from roder_api.storekit import close_on_fork, forget_on_fork
+from roder_api.storekit import close_on_fork, forget_on_fork, run_in_worker
 from roder_api.threads import LeaseHolder, ThreadLease
 
 LEASE_SESSION_OPTIONS = (
@@ -65,9 +65,8 @@ class AdvisoryLeases:
         holder = LeaseHolder.current(owner)
         # Shielded: a lock taken by the worker thread must never be lost to a cancellation.
         with anyio.CancelScope(shield=True):
-            conn = await anyio.to_thread.run_sync(
-                self._acquire, thread_id, holder, limiter=self._limiter
-            )
+            async with self._limiter or contextlib.nullcontext():
+                conn = await run_in_worker(self._acquire, thread_id, holder)
         fd = conn.fileno()  # guarded since before the lock was taken
         self.held[thread_id] = holder
         try:
@@ -76,9 +75,8 @@ class AdvisoryLeases:
             self.held.pop(thread_id, None)
             forget_on_fork(fd)
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(
-                    self._release, conn, thread_id, holder, limiter=self._limiter
-                )
+                async with self._limiter or contextlib.nullcontext():
+                    await run_in_worker(self._release, conn, thread_id, holder)
 
     def _key(self, thread_id: str) -> str:
         return f"roder-lease:{self.schema}:{thread_id}"

@@ -18,7 +18,6 @@ from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import Any
 
 import anyio
-import anyio.to_thread
 import psycopg
 import psycopg.errors
 from psycopg import sql
@@ -32,6 +31,7 @@ from roder_api.storekit import (
     RelationalThreadStore,
     backfill_open_turns,
     close_on_fork,
+    run_in_worker,
 )
 from roder_api.threads import ThreadLease, ThreadStoreFactory, validate_thread_id
 from roder_postgres_thread_store._leases import LEASE_SESSION_OPTIONS, AdvisoryLeases
@@ -444,7 +444,7 @@ class PostgresThreadStoreFactory(ThreadStoreFactory):
         dsn = self.resolved_dsn()
         where = f"{_redact(dsn)} schema {self.schema}"
         try:
-            pool, version = await anyio.to_thread.run_sync(self._open_sync, dsn)
+            pool, version = await run_in_worker(self._open_sync, dsn)
         except (psycopg.Error, PoolTimeout) as exc:
             raise StoreError(
                 f"cannot open the PostgreSQL thread store at {where}: {exc}. Check that the "

@@ -17,14 +17,13 @@ from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
-import anyio.to_thread
-
 from roder_api.errors import StoreError
 from roder_api.storekit import (
     OPEN_TURNS_DDL,
     FileLeases,
     RelationalThreadStore,
     backfill_open_turns,
+    run_in_worker,
 )
 from roder_api.threads import ThreadLease, ThreadStoreFactory, validate_thread_id
 
@@ -335,7 +334,8 @@ class SqliteThreadStoreFactory(ThreadStoreFactory):
             read_only=self.read_only,
         )
         try:
-            await anyio.to_thread.run_sync(self._prepare, store, limiter=store.limiter)
+            async with store.limiter:
+                await run_in_worker(self._prepare, store)
         except (OSError, sqlite3.Error) as exc:
             store.close_sync()
             raise StoreError(f"cannot use {self.path} for the SQLite thread store: {exc}") from exc

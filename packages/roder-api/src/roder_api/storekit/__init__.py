@@ -6,10 +6,13 @@ them again:
 
 - :class:`BlockingThreadStore`: the async facade over a blocking driver, with its own
   worker-thread limiter; its blocking calls run on one pool of worker threads shared by
-  the whole process (:func:`run_in_worker`, cheaper per call than ``anyio.to_thread``);
+  the whole process (:func:`run_in_worker`, cheaper per call than ``anyio.to_thread``;
+  :func:`start_in_worker` from blocking code), the one thread mechanism under the store path;
 - :class:`RelationalThreadStore`: a whole SQL store on that facade, specialised by dialect
   (the SQLite and PostgreSQL stores), writing through :class:`WriteBatch` transactions;
 - :class:`GroupCommit`: concurrent commits share one blocking write-and-sync;
+- :class:`EncodedEvents`: a batch that carries its events' codec bytes, so they are encoded
+  once on their way to disk (:func:`payloads_of` takes them, or encodes);
 - :class:`FileLeases`: thread leases as OS file locks (released when the holder dies);
 - :class:`RepairableThreadStore`: what a store implements for ``roder fsck``;
 - the fold of a journal into metadata (:func:`fold_metadata`, its open turns
@@ -44,6 +47,7 @@ from roder_api.storekit._cursors import (
     listing_key,
     thread_page,
 )
+from roder_api.storekit._encoded import EncodedEvents, payloads_of
 from roder_api.storekit._file_leases import FileLeases
 from roder_api.storekit._fold import (
     fold_metadata,
@@ -59,12 +63,13 @@ from roder_api.storekit._open_turns import OPEN_TURNS_DDL, PENDING_QUERY, backfi
 from roder_api.storekit._relational import RelationalThreadStore
 from roder_api.storekit._repairable import CheckReport, RepairableThreadStore, RepairReport
 from roder_api.storekit._settings import StoreSettings
-from roder_api.storekit._workers import run_in_worker
+from roder_api.storekit._workers import WorkerCall, run_in_worker, start_in_worker
 from roder_api.storekit._write_batch import EventRow, SqlConnection, ThreadRow, WriteBatch
 
 __all__ = [
     "BlockingThreadStore",
     "CheckReport",
+    "EncodedEvents",
     "EventRow",
     "FileLeases",
     "GroupCommit",
@@ -80,6 +85,7 @@ __all__ = [
     "ThreadRow",
     "TurnFold",
     "UNSET",
+    "WorkerCall",
     "WriteBatch",
     "backfill_open_turns",
     "check_complete",
@@ -96,9 +102,11 @@ __all__ = [
     "listing_key",
     "metadata_changes",
     "open_turns_after",
+    "payloads_of",
     "replay_after",
     "replay_start",
     "run_in_worker",
+    "start_in_worker",
     "thread_page",
     "turn_change",
     "turns_from_events",

@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import anyio
-import anyio.to_thread
 
 from roder_api._thread_contract import (
     UNSET,
@@ -38,6 +37,7 @@ from roder_api.storekit._checks import (
     metadata_changes,
     validate_expected,
 )
+from roder_api.storekit._encoded import payloads_of
 from roder_api.storekit._workers import run_in_worker
 
 T = TypeVar("T")
@@ -49,7 +49,8 @@ class BlockingThreadStore(ThreadStore):
     Subclasses implement the blocking methods below (``*_sync``; each runs in a worker
     thread and may block) and may override the hooks :meth:`translate_error`,
     :meth:`submit_append` and :meth:`close_sync`. Everything else — id and argument
-    checks, serialising events (``roder_api.codec.dumps_each``) before any blocking work,
+    checks, serialising events (``roder_api.codec.dumps_each``, or the bytes an
+    :class:`~roder_api.storekit.EncodedEvents` batch carries) before any blocking work,
     :class:`StoppedError` once closed, the worker threads — is done here, for every
     ``ThreadStore`` method. The SQLite and PostgreSQL stores are built this way.
 
@@ -260,7 +261,7 @@ class BlockingThreadStore(ThreadStore):
                     thread_id, expected, (await self.get_thread(thread_id)).last_sequence
                 )
             return []
-        payloads = dumps_each(events)
+        payloads = payloads_of(events)  # the recorder's bytes when it made them
         self.check_open()
         entries = await self.submit_append(thread_id, list(events), payloads, expected)
         if entries:
@@ -326,7 +327,8 @@ class BlockingThreadStore(ThreadStore):
             return
         self.closed = True
         with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self.close_sync, limiter=self.limiter)
+            async with self.limiter:
+                await run_in_worker(self.close_sync)
 
 
 __all__ = ["BlockingThreadStore"]

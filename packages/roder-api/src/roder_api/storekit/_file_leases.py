@@ -17,6 +17,7 @@ locked file lets a later opener lock a new file of the same name while the old o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import AsyncIterator
@@ -24,12 +25,12 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import anyio
-import anyio.to_thread
 import orjson
 
 from roder_api._thread_contract import LeaseHolder, ThreadLease, validate_thread_id
 from roder_api.errors import StoreError, ThreadBusyError
 from roder_api.storekit._fork_guard import close_on_fork, forget_on_fork
+from roder_api.storekit._workers import run_in_worker
 
 try:
     import fcntl
@@ -108,14 +109,14 @@ class FileLeases:
         holder = LeaseHolder.current(owner)
         # Shielded: a lock taken by the worker thread must never be lost to a cancellation.
         with anyio.CancelScope(shield=True):
-            fd = await anyio.to_thread.run_sync(
-                self._acquire, path, thread_id, holder, limiter=self._limiter
-            )
+            async with self._limiter or contextlib.nullcontext():
+                fd = await run_in_worker(self._acquire, path, thread_id, holder)
         try:
             yield ThreadLease(thread_id, holder)
         finally:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self._release, fd, limiter=self._limiter)
+                async with self._limiter or contextlib.nullcontext():
+                    await run_in_worker(self._release, fd)
 
     def _acquire(self, path: Path, thread_id: str, holder: LeaseHolder) -> int:
         if fcntl is None:  # pragma: no cover - Windows

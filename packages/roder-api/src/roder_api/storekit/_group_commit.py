@@ -1,19 +1,18 @@
 """Group commit: the writes that arrive while one is being made durable share the next sync.
 
 A store whose commit ends in an expensive sync (``fdatasync``, a database ``COMMIT``) can
-make many concurrent callers pay for one: callers queue their items on the event loop; one
-*committer thread* writes what is queued as one batch; callers arriving meanwhile queue up
-for the next batch, which the committer takes as soon as the previous one is written, and
-so on until the queue is empty. Every caller returns only once its own item is written, so
-each commit is as durable on return as if it had been written alone.
+make many concurrent callers pay for one: callers queue their items on the event loop; a
+worker thread writes what is queued as one batch; callers arriving meanwhile queue up for
+the next batch, which is handed over as soon as the previous one is written, and so on
+until the queue is empty. Every caller returns only once its own item is written, so each
+commit is as durable on return as if it had been written alone.
 
-The committer is one dedicated thread per :class:`GroupCommit` (started on first use, gone
-after :data:`IDLE_EXIT_S` idle seconds or :meth:`GroupCommit.close`). The event loop hands
-it a batch through a ``queue.SimpleQueue`` and the committer hands the outcomes back with
-the event loop's own thread-safe "call soon" (asyncio's ``call_soon_threadsafe``, trio's
-``TrioToken.run_sync_soon``): one thread wake-up each way per batch and no per-call
-thread-pool bookkeeping, which is most of what a single durable append costs besides its
-sync.
+The batches run on the store kit's one pool of worker threads (``run_in_worker``'s), one
+batch of a :class:`GroupCommit` at a time: the event loop hands a batch over with one
+queue put and the worker hands the outcomes back with the event loop's own thread-safe
+"call soon" (asyncio's ``call_soon_threadsafe``, trio's ``TrioToken.run_sync_soon``): one
+thread wake-up each way per batch and no per-call bookkeeping, which is most of what a
+single durable append costs besides its sync.
 
 The primitive is generic over the write: ``write(items)`` is a blocking function that
 commits a batch (to one thread or many) and returns one outcome per item, in order: the
@@ -25,8 +24,8 @@ batch fails with that exception.
 from __future__ import annotations
 
 import functools
-import queue
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -34,16 +33,10 @@ import anyio
 import anyio.lowlevel
 
 from roder_api.errors import StoppedError
-from roder_api.storekit._workers import thread_safe_caller
+from roder_api.storekit._workers import submit_to_pool, thread_safe_caller
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
-
-IDLE_EXIT_S = 10.0
-"""How long the committer thread waits for a batch before it ends (a new one starts when
-work arrives again)."""
-
-_STOP = object()
 
 
 class _Batch(Generic[ItemT, ResultT]):
@@ -62,10 +55,11 @@ class GroupCommit(Generic[ItemT, ResultT]):
 
     ``write`` takes the items of one batch and returns one outcome per item (a result, or
     an exception to raise in that item's caller); it runs on the committer thread, one
-    batch at a time (see the module docstring). :meth:`submit` queues an item and returns
-    its result once the batch holding it is written. ``limiter`` is accepted for the
-    callers written before the committer thread and ignored: the committer is one thread
-    of its own, not one of a pool.
+    batch at a time, on a worker thread (see the module docstring). :meth:`submit` queues an
+    item and returns its result once the batch holding it is written.
+
+    ``limiter`` is deprecated and ignored (a ``DeprecationWarning`` says so when it is
+    given): one batch at a time is all a group commit ever runs.
 
     An object belongs to one event loop (the waiting is done with anyio events); create one
     per store and loop. A batch handed to the committer is written whatever happens to its
@@ -78,16 +72,21 @@ class GroupCommit(Generic[ItemT, ResultT]):
         *,
         limiter: anyio.CapacityLimiter | None = None,
     ) -> None:
-        del limiter  # see the class docstring
+        if limiter is not None:
+            warnings.warn(
+                "GroupCommit(limiter=...) is ignored (one batch runs at a time) and will be "
+                "removed; stop passing it",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         self._write = write
         self._forming: _Batch[ItemT, ResultT] | None = None
         self._busy = False  # a batch is with the committer (event loop side only)
         self._in_flight: _Batch[ItemT, ResultT] | None = None
         self._call_soon: Callable[[Callable[[], object]], object] | None = None
-        # Batches with the event loop's "call soon" to wake their callers with; or _STOP.
-        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._thread_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._idle = threading.Event()  # set while no batch is with a worker thread
+        self._idle.set()
         self._closed = False
         self.batches = 0
         """How many batches have been written (for tests and benchmarks)."""
@@ -119,14 +118,11 @@ class GroupCommit(Generic[ItemT, ResultT]):
         return outcome
 
     def close(self, timeout: float = 30.0) -> None:
-        """Let the committer write what it was handed, then end it (blocking; idempotent)."""
-        with self._thread_lock:
+        """Refuse new batches and wait (up to ``timeout`` s) until the one handed over is
+        written (blocking; idempotent)."""
+        with self._lock:
             self._closed = True
-            thread = self._thread
-            if thread is not None:
-                self._queue.put(_STOP)
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        self._idle.wait(timeout)
 
     # --- the event loop side --------------------------------------------------------------
 
@@ -137,7 +133,7 @@ class GroupCommit(Generic[ItemT, ResultT]):
         self._busy = True
         call_soon = self._call_soon
         assert call_soon is not None
-        with self._thread_lock:
+        with self._lock:
             if self._closed:
                 self._busy = False
                 closed = StoppedError("the group commit is closed; open a new store")
@@ -145,12 +141,19 @@ class GroupCommit(Generic[ItemT, ResultT]):
                 batch.done.set()
                 return
             self._in_flight = batch
-            self._queue.put((batch, call_soon))
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="roder-group-commit", daemon=True
-                )
-                self._thread.start()
+            self._idle.clear()
+        try:
+            submit_to_pool(
+                functools.partial(self._run, batch),
+                call_soon,
+                functools.partial(self._written, batch),
+            )
+        except BaseException as exc:  # no worker could be started: fail this batch only
+            self._idle.set()
+            self._in_flight = None
+            self._busy = False
+            batch.outcomes = [exc] * len(batch.items)
+            batch.done.set()
 
     def _written(self, batch: _Batch[ItemT, ResultT]) -> None:
         """Wake the callers of a written batch; hand over the next (on the event loop)."""
@@ -177,25 +180,8 @@ class GroupCommit(Generic[ItemT, ResultT]):
             outcomes = [exc] * len(items)
         return outcomes
 
-    def _run(self) -> None:
-        while True:
-            try:
-                work = self._queue.get(timeout=IDLE_EXIT_S)
-            except queue.Empty:
-                with self._thread_lock:
-                    if self._queue.empty():
-                        self._thread = None
-                        return
-                continue
-            if work is _STOP:
-                with self._thread_lock:
-                    self._thread = None
-                return
-            batch: _Batch[ItemT, ResultT]
-            call_soon: Callable[[Callable[[], object]], object]
-            batch, call_soon = work  # type: ignore[misc]
+    def _run(self, batch: _Batch[ItemT, ResultT]) -> None:
+        try:
             batch.outcomes = self._outcomes(batch.items)
-            try:
-                call_soon(functools.partial(self._written, batch))
-            except RuntimeError:
-                pass  # that event loop is closed: nobody waits for the batch any more
+        finally:
+            self._idle.set()

@@ -1,5 +1,9 @@
 """One process-wide pool of worker threads for the blocking calls of every store.
 
+It is the one thread mechanism under the store path: ``BlockingThreadStore`` calls,
+``GroupCommit`` batches, a store's parallel syncs (:func:`start_in_worker`) and its
+opening and closing all run here.
+
 ``BlockingThreadStore.run_sync`` hands each blocking call to :func:`run_in_worker`: the
 event loop puts the call on a ``queue.SimpleQueue`` that the pool's threads take from, and
 the thread that ran it hands the outcome back with the event loop's own thread-safe "call
@@ -93,6 +97,11 @@ class _Call:
             pass  # that event loop is closed: nobody waits for this call any more
 
 
+def _call_now(wake: Callable[[], object]) -> object:
+    """The "call soon" of a caller that is a thread, not an event loop: wake it at once."""
+    return wake()
+
+
 class _Pool:
     """The worker threads and their queue (one per process; a new one after fork)."""
 
@@ -104,13 +113,19 @@ class _Pool:
         # busy worker (all MAX_WORKERS run). Changed under the lock only.
         self.spare = 0
 
-    def submit(self, call: _Call) -> None:
-        """Queue ``call``; start a worker when no idle one is left to take it."""
+    def submit(self, call: _Call, *, only_if_idle: bool = False) -> bool:
+        """Queue ``call``; start a worker when no idle one is left to take it.
+
+        ``only_if_idle``: queue it only when a worker is idle or can be started (return
+        False, nothing queued, when all :data:`MAX_WORKERS` are busy).
+        """
         with self.lock:
+            if only_if_idle and self.spare <= 0 and self.workers >= MAX_WORKERS:
+                return False
             self.queue.put(call)
             self.spare -= 1
             if self.spare >= 0 or self.workers >= MAX_WORKERS:
-                return
+                return True
             self.workers += 1
             self.spare += 1
         try:
@@ -120,6 +135,7 @@ class _Pool:
                 self.workers -= 1
                 self.spare -= 1
             raise
+        return True
 
     def _work(self) -> None:
         take = self.queue.get
@@ -157,6 +173,16 @@ def _new_pool_after_fork() -> None:
 os.register_at_fork(after_in_child=_new_pool_after_fork)
 
 
+def submit_to_pool(
+    func: Callable[[], object],
+    call_soon: Callable[[Callable[[], object]], object],
+    wake: Callable[[], object],
+) -> None:
+    """Run ``func()`` on a worker thread, then ``call_soon(wake)`` (its outcome is func's to
+    keep: this is for callers that record it themselves, like ``GroupCommit``)."""
+    _pool.submit(_Call(func, (), call_soon, wake))
+
+
 def worker_counts() -> tuple[int, int]:
     """Return how many worker threads the pool runs and how many of them are idle."""
     return _pool.counts()
@@ -165,6 +191,40 @@ def worker_counts() -> tuple[int, int]:
 def _refuse_abort(raise_cancel: object) -> Any:
     """Keep a trio task waiting for its call when cancelled (``Abort.FAILED``)."""
     return sys.modules["trio"].lowlevel.Abort.FAILED
+
+
+class WorkerCall:
+    """A blocking call started from a thread with :func:`start_in_worker`; wait for it."""
+
+    __slots__ = ("_call", "_done")
+
+    def __init__(self, func: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self._done = threading.Event()
+        self._call = _Call(func, args, _call_now, self._done.set)
+
+    def done(self) -> bool:
+        """Return True once the call has finished."""
+        return self._done.is_set()
+
+    def result(self) -> Any:
+        """Wait for the call; return its result or raise its exception (blocking)."""
+        self._done.wait()
+        call = self._call
+        if call.error is not None:
+            error, call.error = call.error, None  # no reference cycle through the traceback
+            raise error
+        return call.result
+
+
+def start_in_worker(func: Callable[..., Any], *args: Any) -> WorkerCall | None:
+    """Start ``func(*args)`` on a worker thread from blocking code; None when none is free.
+
+    For work a blocking call fans out (a store syncing several files at once). None means
+    every worker is busy: run ``func`` in the calling thread instead, so that a call waiting
+    for the ones it started can never wait for a worker that waits for it.
+    """
+    started = WorkerCall(func, args)
+    return started if _pool.submit(started._call, only_if_idle=True) else None
 
 
 async def run_in_worker(func: Callable[..., T], *args: Any) -> T:
@@ -201,4 +261,13 @@ async def run_in_worker(func: Callable[..., T], *args: Any) -> T:
     return result
 
 
-__all__ = ["IDLE_EXIT_S", "MAX_WORKERS", "run_in_worker", "thread_safe_caller", "worker_counts"]
+__all__ = [
+    "IDLE_EXIT_S",
+    "MAX_WORKERS",
+    "WorkerCall",
+    "run_in_worker",
+    "start_in_worker",
+    "submit_to_pool",
+    "thread_safe_caller",
+    "worker_counts",
+]

@@ -34,6 +34,7 @@ from roder_api.storekit import (
     last_boundary_sequence,
     listing_key,
     metadata_changes,
+    payloads_of,
     validate_expected,
 )
 from roder_api.threads import (
@@ -191,7 +192,7 @@ class MemoryThreadStore(ThreadStore):
         """Append ``events`` as one atomic batch (conditionally, when expected)."""
         await self._enter("append_events", thread_id)
         expected = validate_expected(expected_last_sequence)
-        payloads = dumps_each(events)
+        payloads = payloads_of(events)
         with self.data.lock:
             thread = self._thread(thread_id)
             last = thread.last_sequence
