@@ -112,12 +112,18 @@ async def measure(base: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    """Print the counts of one tool turn."""
-    argparse.ArgumentParser(description=__doc__).parse_args()
+    """Print the counts of one tool turn (``--json PATH`` also writes them)."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    # One turn is already quick: --quick is accepted so that scripts/smoke can run it.
+    parser.add_argument("--quick", action="store_true", help="the same single turn")
+    parser.add_argument("--json", metavar="PATH", help="also write the counts as JSON")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         result = anyio.run(measure, Path(tmp))
     for key, value in result.items():
         print(f"{key}: {value}")
+    if args.json:
+        Path(args.json).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
 
 
 if __name__ == "__main__":

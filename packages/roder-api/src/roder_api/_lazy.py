@@ -205,4 +205,3 @@ class LazyList(Sequence[T]):
 
     def __repr__(self) -> str:
         return f"LazyList({self._items!r}, pending={self._pending()})"
-
