@@ -8,9 +8,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from serve_support import DEFAULT_TEST_DSN, Server, drop_schemas, store_table
+from serve_support import DEFAULT_TEST_DSN, Server, close_sdk_clients, drop_schemas, store_table
 
 STORES = ["jsonl", "sqlite", "postgres"]
+
+
+@pytest.fixture(autouse=True)
+def _close_sdk_clients() -> Iterator[None]:
+    """Close the SDK clients a test made (serve_support.sdk)."""
+    yield
+    close_sdk_clients()
 
 
 def _postgres_dsn() -> str:

@@ -220,3 +220,24 @@ def wait_asked(c: httpx.Client, thread_id: str, count: int = 1) -> dict[str, Any
             return asked[-1]
         time.sleep(0.05)
     raise AssertionError("no approval was asked")
+
+
+SDK_CLIENTS: list[Any] = []
+"""The official SDK clients :func:`sdk` made; conftest's autouse fixture closes them after
+each test (one left to the collector warns about its socket, an error under
+``filterwarnings = error``, in whatever test runs then)."""
+
+
+def sdk(server: Server, token: str = "unused") -> Any:
+    """Return an ``openai.OpenAI`` client of ``server``'s OpenAI-compatible surface."""
+    import openai
+
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key=token, max_retries=0, timeout=60)
+    SDK_CLIENTS.append(client)
+    return client
+
+
+def close_sdk_clients() -> None:
+    """Close every client :func:`sdk` made."""
+    while SDK_CLIENTS:
+        SDK_CLIENTS.pop().close()

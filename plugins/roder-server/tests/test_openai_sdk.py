@@ -8,7 +8,7 @@ live stream; a SIGKILLed server's response is finished by the restarted one.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -16,30 +16,12 @@ import openai
 import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
-from serve_support import Server
+from serve_support import Server, sdk
 
 pytestmark = pytest.mark.slow
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 MODEL = "scripted/scripted-1"
-
-
-_CLIENTS: list[openai.OpenAI] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    """Close every SDK client a test made: one left to the collector warns about its socket
-    (filterwarnings = error) in whatever test runs then."""
-    yield
-    while _CLIENTS:
-        _CLIENTS.pop().close()
-
-
-def sdk(server: Server, token: str = "unused") -> openai.OpenAI:
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key=token, max_retries=0, timeout=60)
-    _CLIENTS.append(client)
-    return client
 
 
 def strict(events: list[Any]) -> list[dict[str, Any]]:

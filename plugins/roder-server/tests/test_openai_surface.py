@@ -4,35 +4,17 @@ which answer before any route: checked by the raw body, the SDK raises by status
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import openai
 import pytest
-from serve_support import Server
+from serve_support import Server, sdk
 
 pytestmark = pytest.mark.slow
 
 MODEL = "scripted/scripted-1"
-
-
-_CLIENTS: list[openai.OpenAI] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_clients() -> Iterator[None]:
-    """Close every SDK client a test made: one left to the collector warns about its socket
-    (filterwarnings = error) in whatever test runs then."""
-    yield
-    while _CLIENTS:
-        _CLIENTS.pop().close()
-
-
-def sdk(server: Server, token: str = "unused") -> openai.OpenAI:
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key=token, max_retries=0, timeout=60)
-    _CLIENTS.append(client)
-    return client
 
 
 def texts(items: Any) -> list[tuple[str, str]]:
