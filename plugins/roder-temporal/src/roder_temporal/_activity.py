@@ -76,6 +76,10 @@ class RunAnswerer:
 
 
 async def _status(store: ThreadStore, ref: RunRef) -> str:
+    # The metadata's open turns say "not ended" without reading the journal (this is asked
+    # every second while the run goes on); only an ended run is folded to tell how it ended.
+    if ref.turn_id in (await store.get_thread(ref.thread_id)).open_turns:
+        return "open"
     runs = fold_runs(ref.thread_id, await store.read_events(ref.thread_id))
     run = runs.get(ref.turn_id)
     return "missing" if run is None else run.status

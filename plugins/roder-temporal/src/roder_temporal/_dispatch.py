@@ -22,7 +22,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from roder_server import AcceptedRun, ServerRuntime, fold_runs
+from roder_server import AcceptedRun, ServerRuntime
 from roder_temporal._activity import RunAnswerer
 from roder_temporal._settings import SETTINGS_ID, TemporalSettings
 from roder_temporal._workflow import WORKFLOW, RunRef, RunWorkflow, workflow_id
@@ -73,11 +73,10 @@ class TemporalDispatcher:
                 with anyio.fail_after(60):
                     found = await store.threads_with_pending_input(updated_after_ms=since_ms)
                 for thread_id in found:
-                    runs = fold_runs(thread_id, await store.read_events(thread_id))
-                    for run in runs.values():
-                        if run.status not in ("completed", "aborted"):
-                            await self.dispatch(AcceptedRun(tenant, thread_id, run.turn_id))
-                            count += 1
+                    # The turns accepted or started and not ended, kept in the metadata.
+                    for turn_id in (await store.get_thread(thread_id)).open_turns:
+                        await self.dispatch(AcceptedRun(tenant, thread_id, turn_id))
+                        count += 1
         return count
 
     async def sweep_forever(self) -> None:
