@@ -10,7 +10,7 @@ loop); the poll stays, for appends by other processes.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -133,20 +133,30 @@ class AppendWakeups:
 
 
 async def poll_for_events(
-    store: ThreadStore, thread_id: str, after_sequence: int, timeout_s: float
+    store: ThreadStore,
+    thread_id: str,
+    after_sequence: int,
+    timeout_s: float,
+    *,
+    watch: Callable[[str, anyio.Event], Callable[[], None]] | None = None,
+    pauses: tuple[float, float] | None = None,
 ) -> int:
     """Wait until the thread's ``last_sequence`` is above ``after_sequence`` or ``timeout_s``
     passed; return it.
 
     Woken at once by an append committed through ``store`` in this event loop
     (:meth:`ThreadStore.notify_appended`); otherwise the metadata is polled, with pauses
-    growing from ``store.wait_poll_s[0]`` to ``[1]``, for appends by other processes.
+    growing from ``pauses[0]`` to ``[1]`` (default ``store.wait_poll_s``), for appends by
+    other processes. A store that hears of other processes' appends passes ``watch``: it
+    is given each waiter's event to set on such an append and returns how to forget it
+    (PostgreSQL's ``LISTEN/NOTIFY``); its pauses are then only a recheck.
     """
     deadline = anyio.current_time() + max(0.0, timeout_s)
-    pause, longest = store.wait_poll_s
+    pause, longest = pauses or store.wait_poll_s
     wakeups = store.append_wakeups
     while True:
         waiter = wakeups.add(thread_id)  # before the read: an append after it wakes us
+        forget = watch(thread_id, waiter.event) if watch is not None else None
         try:
             last = (await store.get_thread(thread_id)).last_sequence
             left = deadline - anyio.current_time()
@@ -157,6 +167,8 @@ async def poll_for_events(
             if waiter.last > after_sequence:
                 return waiter.last
         finally:
+            if forget is not None:
+                forget()
             wakeups.discard(thread_id, waiter)
         pause = min(pause * 2, longest)
 

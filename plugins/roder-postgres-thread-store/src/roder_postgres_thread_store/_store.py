@@ -11,6 +11,7 @@ trio alike.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -31,6 +32,7 @@ from roder_api.storekit import (
     RelationalThreadStore,
     backfill_open_turns,
     close_on_fork,
+    poll_for_events,
     run_in_worker,
 )
 from roder_api.threads import ThreadLease, ThreadStoreFactory, validate_thread_id
@@ -227,25 +229,16 @@ class PostgresThreadStore(RelationalThreadStore):
         if notifier is None:
             notifier = self._notifier = EventNotifier(self._connect_lease, self._channel)
             notifier.start()
-        deadline = anyio.current_time() + max(0.0, timeout_s)
-        wakeups = self.append_wakeups
-        while True:
-            # Woken by an append of this process at once, or by a notification (any process);
-            # registered before the read: a commit after it wakes us.
-            waiter = wakeups.add(thread_id)
-            notifier.add(thread_id, waiter.event)
-            try:
-                last = (await self.get_thread(thread_id)).last_sequence
-                left = deadline - anyio.current_time()
-                if last > after_sequence or left <= 0:
-                    return last
-                with anyio.move_on_after(min(left, RECHECK_S)):
-                    await waiter.event.wait()
-                if waiter.last > after_sequence:
-                    return waiter.last
-            finally:
-                notifier.discard(thread_id, waiter.event)
-                wakeups.discard(thread_id, waiter)
+
+        def watch(thread_id: str, event: anyio.Event) -> Callable[[], None]:
+            notifier.add(thread_id, event)
+            return functools.partial(notifier.discard, thread_id, event)
+
+        # The kit's wait (woken at once by this process's appends), also woken by a
+        # notification from any process; the metadata is only reread every RECHECK_S.
+        return await poll_for_events(
+            self, thread_id, after_sequence, timeout_s, watch=watch, pauses=(RECHECK_S, RECHECK_S)
+        )
 
     def close_sync(self) -> None:
         """Stop listening and close the connection pool (waiting for the calls in progress)."""

@@ -29,7 +29,12 @@ See ``docs/writing-a-thread-store.md``.
 
 from __future__ import annotations
 
-from roder_api._store_waits import TURN_EVENT_TAGS, TURN_EVENT_TYPES, turn_change
+from roder_api._store_waits import (
+    TURN_EVENT_TAGS,
+    TURN_EVENT_TYPES,
+    poll_for_events,
+    turn_change,
+)
 from roder_api._thread_contract import UNSET, TurnFold
 from roder_api.storekit._blocking import BlockingThreadStore
 from roder_api.storekit._checks import (
@@ -103,6 +108,7 @@ __all__ = [
     "metadata_changes",
     "open_turns_after",
     "payloads_of",
+    "poll_for_events",
     "replay_after",
     "replay_start",
     "run_in_worker",
