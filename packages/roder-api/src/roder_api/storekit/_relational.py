@@ -20,7 +20,7 @@ from typing import Any, ClassVar, TypeVar
 
 import anyio
 
-from roder_api._thread_contract import EventPage, ThreadMetadata, ThreadPage
+from roder_api._thread_contract import EventPage, ThreadMetadata, ThreadPage, ThreadSnapshot
 from roder_api.codec import journal_events, loads
 from roder_api.errors import RoderError, ThreadNotFoundError
 from roder_api.events import Event, JournalEvent
@@ -30,11 +30,13 @@ from roder_api.storekit._cursors import decode_cursor, event_page, thread_page
 from roder_api.storekit._fold import replay_after
 from roder_api.storekit._group_commit import GroupCommit
 from roder_api.storekit._open_turns import PENDING_QUERY
+from roder_api.storekit._row_turns import turns_from_rows
 from roder_api.storekit._write_batch import EventRow, SqlConnection, WriteBatch
 
 T = TypeVar("T")
 
 _EVENTS = "SELECT sequence, recorded_at_ms, event FROM roder_events WHERE thread_id = ? "
+_ITEMS = "SELECT sequence, event FROM roder_events WHERE thread_id = ? "
 
 
 def _now_ms() -> int:
@@ -283,6 +285,22 @@ class RelationalThreadStore(BlockingThreadStore):
         end = last if limit is None else min(last, after + limit)
         check_complete(thread_id, events, after + 1, end)
         return events
+
+    def snapshot_sync(self, thread_id: str) -> ThreadSnapshot:
+        """Return the metadata and the items by turn from one read transaction and one query.
+
+        Each row is decoded straight to its transcript item (:func:`turns_from_rows`), not to
+        a journal event folded afterwards; a missing or undecodable row is damage.
+        """
+        with self.read_transaction() as conn:
+            last, _, metadata = self._row(conn, thread_id)
+            # Bounded above, as read_sync's chunks are: the planner stays on the index.
+            cursor = conn.execute(
+                self.sql(_ITEMS + "AND sequence > ? AND sequence <= ? ORDER BY sequence LIMIT ?"),
+                (thread_id, 0, last, last),
+            )
+            turns = turns_from_rows(thread_id, cursor, last)
+            return ThreadSnapshot(loads(metadata), turns)
 
     def page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
         """Return up to ``limit`` events below ``before``, ascending."""
