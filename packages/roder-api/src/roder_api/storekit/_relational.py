@@ -22,7 +22,7 @@ import anyio
 
 from roder_api._thread_contract import EventPage, ThreadMetadata, ThreadPage, ThreadSnapshot
 from roder_api.codec import journal_events, loads
-from roder_api.errors import RoderError, ThreadNotFoundError
+from roder_api.errors import RoderError, StoreCorruptedError, ThreadNotFoundError
 from roder_api.events import Event, JournalEvent
 from roder_api.storekit._blocking import BlockingThreadStore
 from roder_api.storekit._checks import check_complete
@@ -30,13 +30,13 @@ from roder_api.storekit._cursors import decode_cursor, event_page, thread_page
 from roder_api.storekit._fold import replay_after
 from roder_api.storekit._group_commit import GroupCommit
 from roder_api.storekit._open_turns import PENDING_QUERY
-from roder_api.storekit._row_turns import turns_from_rows
+from roder_api.storekit._row_turns import RowsNotWhole, turns_from_rows
 from roder_api.storekit._write_batch import EventRow, SqlConnection, WriteBatch
 
 T = TypeVar("T")
 
 _EVENTS = "SELECT sequence, recorded_at_ms, event FROM roder_events WHERE thread_id = ? "
-_ITEMS = "SELECT sequence, event FROM roder_events WHERE thread_id = ? "
+_ITEMS = "SELECT event FROM roder_events WHERE thread_id = ? "
 
 
 def _now_ms() -> int:
@@ -290,16 +290,23 @@ class RelationalThreadStore(BlockingThreadStore):
         """Return the metadata and the items by turn from one read transaction and one query.
 
         Each row is decoded straight to its transcript item (:func:`turns_from_rows`), not to
-        a journal event folded afterwards; a missing or undecodable row is damage.
+        a journal event folded afterwards. Rows that are not whole (one does not decode, one
+        is missing) are read again the general way, whose damage error names the sequence.
         """
         with self.read_transaction() as conn:
             last, _, metadata = self._row(conn, thread_id)
             # Bounded above, as read_sync's chunks are: the planner stays on the index.
-            cursor = conn.execute(
-                self.sql(_ITEMS + "AND sequence > ? AND sequence <= ? ORDER BY sequence LIMIT ?"),
-                (thread_id, 0, last, last),
-            )
-            turns = turns_from_rows(thread_id, cursor, last)
+            window = "AND sequence > ? AND sequence <= ? ORDER BY sequence LIMIT ?"
+            params = (thread_id, 0, last, last)
+            try:
+                turns = turns_from_rows(conn.execute(self.sql(_ITEMS + window), params), last)
+            except RowsNotWhole as exc:
+                events = self._events(thread_id, conn.execute(self.sql(_EVENTS + window), params))
+                check_complete(thread_id, events, 1, last)
+                raise StoreCorruptedError(
+                    f"thread {thread_id!r} is damaged: {exc}; nothing was changed",
+                    thread_id=thread_id,
+                ) from None
             return ThreadSnapshot(loads(metadata), turns)
 
     def page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
