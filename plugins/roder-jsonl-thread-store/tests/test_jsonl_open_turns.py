@@ -22,6 +22,9 @@ from roder_jsonl_thread_store._index import INDEX_VERSION
 pytestmark = [pytest.mark.core]
 
 
+_INDEX_FILES = ("index.sqlite3", "index.sqlite3-wal", "index.sqlite3-shm")
+
+
 def _index_path(factory: ThreadStoreFactory) -> Path:
     assert isinstance(factory, JsonlThreadStoreFactory)
     return factory.base_path / "index.sqlite3"
@@ -110,3 +113,18 @@ class TestJsonlOpenTurns(OpenTurnsUpgradeChecks):
             assert await store.threads_with_pending_input() == [threads["ended"]]
         finally:
             await store.aclose()
+
+    async def test_an_upgrade_leaves_no_old_index_behind(
+        self, factory: JsonlThreadStoreFactory
+    ) -> None:
+        # An older index is not damage: once rebuilt, nothing of it is kept beside the new.
+        threads = await self.store_open_turn_threads(factory)
+        self.as_older_version(factory)
+        store = await factory.open()
+        try:
+            assert await store.threads_with_pending_input() == [threads["pending"]]
+        finally:
+            await store.aclose()
+        names = sorted(p.name for p in factory.base_path.glob("index.sqlite3*"))
+        assert [n for n in names if n not in _INDEX_FILES] == []
+        assert self.stored_version(factory) == INDEX_VERSION
