@@ -10,7 +10,6 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, ClassVar
 
-import orjson
 import pytest
 
 from roder_api.events import InputAccepted, TurnComplete
@@ -53,12 +52,8 @@ class TestJsonlOpenTurns(OpenTurnsUpgradeChecks):
             db.execute("DROP INDEX threads_open")
             db.execute("ALTER TABLE threads DROP COLUMN open_turns")
             for thread_id, raw in db.execute("SELECT thread_id, meta FROM threads").fetchall():
-                data = orjson.loads(raw)
-                data.pop("open_turns")
-                db.execute(
-                    "UPDATE threads SET meta = ? WHERE thread_id = ?",
-                    (orjson.dumps(data), thread_id),
-                )
+                older = self.older_metadata(raw).encode()
+                db.execute("UPDATE threads SET meta = ? WHERE thread_id = ?", (older, thread_id))
             db.execute("UPDATE info SET value = '1' WHERE key = 'version'")
             db.execute("COMMIT")
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import orjson
 import psycopg
 import pytest
 from psycopg import sql
@@ -44,11 +43,9 @@ class TestPostgresOpenTurns(OpenTurnsUpgradeChecks):
             conn.execute("DROP INDEX roder_threads_open")
             conn.execute("ALTER TABLE roder_threads DROP COLUMN open_turns")
             for thread_id, raw in conn.execute("SELECT thread_id, metadata FROM roder_threads"):
-                data = orjson.loads(raw)
-                data.pop("open_turns")
                 conn.execute(
                     "UPDATE roder_threads SET metadata = %s WHERE thread_id = %s",
-                    (orjson.dumps(data).decode(), thread_id),
+                    (self.older_metadata(raw), thread_id),
                 )
             conn.execute("DELETE FROM roder_schema_version WHERE version = 3")
 

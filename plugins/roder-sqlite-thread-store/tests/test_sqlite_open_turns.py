@@ -9,7 +9,6 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, ClassVar
 
-import orjson
 import pytest
 
 from roder_api.testing.conformance import OpenTurnsUpgradeChecks
@@ -44,11 +43,9 @@ class TestSqliteOpenTurns(OpenTurnsUpgradeChecks):
             conn.execute("DROP INDEX roder_threads_open")
             conn.execute("ALTER TABLE roder_threads DROP COLUMN open_turns")
             for thread_id, raw in conn.execute("SELECT thread_id, metadata FROM roder_threads"):
-                data = orjson.loads(raw)
-                data.pop("open_turns")
+                older = self.older_metadata(raw).encode()
                 conn.execute(
-                    "UPDATE roder_threads SET metadata = ? WHERE thread_id = ?",
-                    (orjson.dumps(data), thread_id),
+                    "UPDATE roder_threads SET metadata = ? WHERE thread_id = ?", (older, thread_id)
                 )
             conn.execute("PRAGMA user_version = 1")
             conn.execute("COMMIT")

@@ -11,6 +11,7 @@ and the count is right for every thread.
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar
 
 import pytest
@@ -62,6 +63,15 @@ class OpenTurnsUpgradeChecks(StoreKitBase):
         Override it to compare more (the store's files, its rows).
         """
         return self.stored_version(factory), self.stored_open_turns(factory)
+
+    def older_metadata(self, stored: str | bytes) -> str:
+        """Return a thread's stored metadata (JSON) as the older version wrote it.
+
+        A helper for :meth:`as_older_version`: the same document less ``open_turns``.
+        """
+        data = json.loads(stored)
+        data.pop("open_turns")
+        return json.dumps(data, separators=(",", ":"))
 
     async def check_older_reader(self, reader: Any, threads: dict[str, str]) -> None:
         """Check more of a read-only store of the older version (default: nothing)."""
