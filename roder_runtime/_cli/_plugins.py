@@ -8,7 +8,7 @@ from typing import Any
 import anyio.to_thread
 
 from roder_api.extension import ExtensionRegistry, PluginInfo
-from roder_runtime._cli._common import EXIT_OK, add_json_flag, print_json
+from roder_runtime._cli._common import EXIT_OK, add_global_flags, add_json_flag, print_json
 from roder_runtime._config import load_config
 from roder_runtime._runtime import load_registry
 
@@ -26,6 +26,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_json_flag(parser)
+    add_global_flags(parser, help=argparse.SUPPRESS)  # `roder plugins --debug` too
     parser.set_defaults(handler=plugins_command)
 
 
