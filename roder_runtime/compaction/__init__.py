@@ -1,0 +1,1 @@
+"""Compaction: the transactional call, automatic compaction, summaries, token estimates."""

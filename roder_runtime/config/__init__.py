@@ -1,0 +1,1 @@
+"""The configuration: config.toml, its sections and lines, checked against the plugins."""

@@ -1,0 +1,1 @@
+"""Calling an engine: the model catalog, one model call and its retries, ids, closing streams."""

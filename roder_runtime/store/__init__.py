@@ -1,0 +1,1 @@
+"""The thread store as the runtime reaches it: the bounded journal, opening it, observers."""

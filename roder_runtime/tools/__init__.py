@@ -1,0 +1,1 @@
+"""Running tool calls: the tool step (approval, schema check, execution) and client tools."""

@@ -1,0 +1,1 @@
+"""One turn: the turn driver, its seams, in-turn native compaction, budget and cost."""
