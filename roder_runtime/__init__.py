@@ -1,6 +1,10 @@
 """The Roder runtime: sessions, turns, the recorder, compaction, retries, config and the CLI.
 
-Machinery lives in private ``_*.py`` modules; the public names are re-exported here.
+Machinery lives in private modules of subpackages grouped by lifecycle (each package's
+docstring says what it owns and may import; docs/architecture.md draws the rooms); the
+public names are re-exported here. The Runtime's own module sits above the sessions:
+
+_runtime may import: config, store, model, tools, compaction, session.
 """
 
 from __future__ import annotations

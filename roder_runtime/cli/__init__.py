@@ -3,6 +3,8 @@
 Exit codes: 0 success, 1 failure (a clear one-line error on stderr; ``--debug`` adds the
 traceback), 2 usage error, 130 interrupted. Each command group lives in its own module with
 a ``register(subparsers)`` function that adds its parser and sets ``handler``.
+
+May import: roder_runtime, _runtime, threads, session, turn, compaction, tools, model, config.
 """
 
 from __future__ import annotations

@@ -1,1 +1,4 @@
-"""The configuration: config.toml, its sections and lines, checked against the plugins."""
+"""The configuration: loading config.toml, its sections and line numbers, the plugin check.
+
+May import: nothing of roder_runtime.
+"""

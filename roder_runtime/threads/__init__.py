@@ -14,6 +14,8 @@ None of them takes a thread's lease except deletes (``Runtime.delete_thread``, a
 :func:`prune_threads` through it), which refuse a thread a session holds with
 ``ThreadBusyError`` naming the holder. Each function's docstring says what else excludes
 a racing writer.
+
+May import: store, _runtime.
 """
 
 from __future__ import annotations

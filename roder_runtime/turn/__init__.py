@@ -1,1 +1,4 @@
-"""One turn: the turn driver, its seams, in-turn native compaction, budget and cost."""
+"""One turn: the driver, its seams, in-turn native compaction, the budget and cost.
+
+May import: config, store, model, tools, compaction.
+"""
