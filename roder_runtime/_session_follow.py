@@ -24,7 +24,7 @@ from roder_api.events import InputAccepted, ToolApprovalDecided
 from roder_api.inference import ToolSpec
 from roder_api.transcript import ToolResultRecord
 from roder_runtime._ops import Op, Steer, UserInput
-from roder_runtime._tool_step import ApproveToolCall, PendingToolStep
+from roder_runtime._tool_step import ApproveToolCall, JournaledApproval, PendingToolStep
 
 if TYPE_CHECKING:
     from roder_runtime._journal import ThreadJournal
@@ -128,9 +128,12 @@ class JournalFollowing:
 
     def take_journaled_decision(self, decided: ToolApprovalDecided) -> None:
         """Hand a decision someone else journaled to the call of this session that waits
-        for it (nothing when none waits: the call was decided here)."""
+        for it, which does not journal it again (nothing when none waits: the call was
+        decided here)."""
         if self.tools.waiting_for(decided.call_id):
-            self.decide_tool_call(decided.call_id, decided.approved, decided.reason)
+            self.tools.decide_call(
+                JournaledApproval(decided.call_id, decided.approved, decided.reason)
+            )
 
     async def _follow_journal(self, after: int) -> None:
         # Until the session closes (it cancels the scope): take what others journaled.
