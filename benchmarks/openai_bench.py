@@ -156,15 +156,16 @@ def roder_ttft(client: openai.OpenAI, conversation: str | None) -> float:
 
 
 def alternate(runs: list[Callable[[], float]], n: int) -> list[list[float]]:
-    """Return ``n`` timings of each run, taken in turn (run 1, run 2, ..., run 1, ...)
-    after two warm-up rounds: each pair of rows sees the same load and, in a
-    conversation, the same history length."""
+    """Return ``n`` timings of each run, taken in turn after two warm-up rounds, in the
+    order A B, B A, A B, ... (so that neither always goes first): each pair of rows sees
+    the same load and, in a conversation, the same history length."""
     for _ in range(2):
         for run in runs:
             run()
     times: list[list[float]] = [[] for _ in runs]
-    for _ in range(n):
-        for index, run in enumerate(runs):
+    for round_ in range(n):
+        order = list(enumerate(runs))
+        for index, run in order if round_ % 2 == 0 else order[::-1]:
             times[index].append(run())
     return times
 
@@ -178,6 +179,11 @@ def summary(name: str, times: list[float]) -> dict[str, Any]:
         "p50_ms": statistics.median(ordered) * 1e3,
         "p90_ms": ordered[int(0.9 * (len(ordered) - 1))] * 1e3,
     }
+
+
+def _paired_ms(direct: list[float], through: list[float]) -> float:
+    """Return the median of ``through[i] - direct[i]`` (ms)."""
+    return statistics.median(b - a for a, b in zip(direct, through, strict=True)) * 1e3
 
 
 def _met(ok: bool) -> str:
@@ -218,14 +224,19 @@ def main() -> None:
             roder.wait(20)
             katan.terminate()
             katan.wait(10)
+    pairs = [(new_direct, new_roder), (conv_direct, conv_roder)]
     print(f"{'workload (SDK time to first delta)':<40} {'n':>5} {'p50 ms':>8} {'p90 ms':>8} "
-          f"{'added p50':>10} {'target':>8} {'met':>4}")  # fmt: skip
+          f"{'added p50':>10} {'paired':>7} {'target':>8} {'met':>4}")  # fmt: skip
     for index, row in enumerate(rows):
         base = rows[index - index % 2]["p50_ms"]  # each Roder row against the row before it
         row["added_p50_ms"] = row["p50_ms"] - base
+        # The median of the differences of the pairs taken together (same minute, same
+        # history length): less noisy than the difference of the medians.
+        paired = 0.0 if index % 2 == 0 else _paired_ms(*pairs[index // 2])
+        row["added_paired_p50_ms"] = paired
         target, met = ("-", "-") if index % 2 == 0 else ("<= 5", _met(row["added_p50_ms"] <= 5))
         print(f"{row['workload']:<40} {row['n']:>5} {row['p50_ms']:>8.2f} {row['p90_ms']:>8.2f} "
-              f"{row['added_p50_ms']:>10.2f} {target:>8} {met:>4}")  # fmt: skip
+              f"{row['added_p50_ms']:>10.2f} {paired:>7.2f} {target:>8} {met:>4}")  # fmt: skip
     print(f"load average: {os.getloadavg()[0]:.2f}")
     if args.json:
         with open(args.json, "w") as out:
