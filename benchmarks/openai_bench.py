@@ -175,6 +175,15 @@ def roder_ttft(client: openai.OpenAI, conversation: str | None) -> float:
     return first
 
 
+def cpu_s(pid: int) -> float:
+    """Return the CPU seconds (user + system) process ``pid`` has used (Linux; else 0)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def alternate(runs: list[Callable[[], float]], n: int) -> list[list[float]]:
     """Return ``n`` timings of each run, taken in turn after two warm-up rounds, in the
     order A B, B A, A B, ... (so that neither always goes first): each pair of rows sees
@@ -222,17 +231,23 @@ def main() -> None:
         try:
             direct = openai.OpenAI(base_url=engine_url, api_key="local", max_retries=0)
             through = openai.OpenAI(base_url=roder_url, api_key="local", max_retries=0)
+            used = cpu_s(roder.pid)
             new_direct, new_roder = alternate(
                 [lambda: direct_ttft(direct), lambda: roder_ttft(through, None)], n
             )
+            # What the server process spent per response, whole (not only to the first
+            # delta; warm-ups included): a figure the machine's load does not inflate.
+            new_cpu = (cpu_s(roder.pid) - used) / (n + 2) * 1e3
             # The same conversation both ways: the direct client sends the whole history
             # the engine gets through Roder (each turn's input and reply), turn for turn.
             conversation = through.conversations.create().id
             history: list[dict[str, str]] = []
+            used = cpu_s(roder.pid)
             conv_direct, conv_roder = alternate(
                 [lambda: direct_ttft(direct, history), lambda: roder_ttft(through, conversation)],
                 n,
             )
+            conv_cpu = (cpu_s(roder.pid) - used) / (n + 2) * 1e3
             rows = [
                 summary("O1 direct, one message", new_direct),
                 summary("O1 roder serve, new conversation", new_roder),
@@ -257,6 +272,10 @@ def main() -> None:
         target, met = ("-", "-") if index % 2 == 0 else ("<= 5", _met(row["added_p50_ms"] <= 5))
         print(f"{row['workload']:<40} {row['n']:>5} {row['p50_ms']:>8.2f} {row['p90_ms']:>8.2f} "
               f"{row['added_p50_ms']:>10.2f} {paired:>7.2f} {target:>8} {met:>4}")  # fmt: skip
+    rows[1]["server_cpu_ms_per_response"] = new_cpu
+    rows[3]["server_cpu_ms_per_response"] = conv_cpu
+    print(f"roder serve CPU per response (whole): new conversation {new_cpu:.1f} ms, "
+          f"one conversation {conv_cpu:.1f} ms")  # fmt: skip
     print(f"load average: {os.getloadavg()[0]:.2f}")
     if args.json:
         with open(args.json, "w") as out:

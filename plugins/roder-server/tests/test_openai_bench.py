@@ -43,3 +43,4 @@ def test_the_bench_reports_time_to_first_delta_direct_and_through_roder(tmp_path
     assert rows[3]["added_p50_ms"] == rows[3]["p50_ms"] - rows[2]["p50_ms"]
     assert rows[0]["added_paired_p50_ms"] == 0 and rows[2]["added_paired_p50_ms"] == 0
     assert all(isinstance(r["added_paired_p50_ms"], float) for r in rows)
+    assert rows[1]["server_cpu_ms_per_response"] > 0 and rows[3]["server_cpu_ms_per_response"] > 0
