@@ -182,6 +182,9 @@ async def _remember(
     params: Mapping[str, Any],
 ) -> dict[str, Any]:
     """Keep ``params`` as the response's entry in the thread's ``extra``; return it."""
+    # ``update_thread`` replaces ``extra`` whole: the read-modify-write is serialised per
+    # thread in this process (another worker writing at the same moment can still win; the
+    # response is then served from its journal with the parameters it lost).
     async with _LOCKS[hash(thread_id) % len(_LOCKS)]:
         metadata = await store.get_thread(thread_id)
         entry = dict(params)
@@ -211,8 +214,9 @@ async def _start(
     A new conversation is created with the parameters in its ``extra`` (one write); on an
     existing thread the parameters (with ``journal_after``: the thread's last sequence
     before the turn) are written while the run is submitted, not before it, so the two
-    durable writes overlap instead of following each other. Nothing is streamed before
-    both are done, and the input is accepted (journaled) before this returns either way.
+    durable writes overlap instead of following each other (and the per-thread lock of
+    the parameters' read-modify-write is not held while the run is submitted). Nothing is
+    streamed before both are done; the input is accepted (journaled) before this returns.
     """
     if thread_id is None:
         thread_id = uuid.uuid4().hex
@@ -223,15 +227,11 @@ async def _start(
         await submit(thread_id, turn_id)
         return thread_id, turn_id, entry
     turn_id = _new_turn_id(thread_id)
-    # ``update_thread`` replaces ``extra`` whole: the read-modify-write is serialised per
-    # thread in this process (another worker writing at the same moment can still win; the
-    # response is then served from its journal with the parameters it lost).
-    async with _LOCKS[hash(thread_id) % len(_LOCKS)]:
-        metadata = await store.get_thread(thread_id)  # 404 for an unknown conversation
-        entry = {**params, "journal_after": metadata.last_sequence}
-        extra = _with_entry(metadata, turn_id, entry)
-        update = partial(store.update_thread, thread_id, extra=extra)
-        failures = await _together(update, partial(submit, thread_id, turn_id))
+    # Every event of the turn comes after the thread's last sequence before the run is
+    # submitted: the response's stream folds from there. 404 for an unknown conversation.
+    entry = {**params, "journal_after": (await store.get_thread(thread_id)).last_sequence}
+    remember = partial(_remember, store, thread_id, turn_id, entry)
+    failures = await _together(remember, partial(submit, thread_id, turn_id))
     for failure in failures:  # the run's own error (a 413, a 429) first
         if failure is not None:
             raise failure
