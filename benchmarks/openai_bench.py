@@ -226,39 +226,42 @@ def main() -> None:
     args = parser.parse_args()
     n = 10 if args.quick else 100
     katan, engine_url = start_katan()
-    with tempfile.TemporaryDirectory() as tmp:
-        roder, roder_url = start_roder(Path(tmp), engine_url)
-        try:
-            direct = openai.OpenAI(base_url=engine_url, api_key="local", max_retries=0)
-            through = openai.OpenAI(base_url=roder_url, api_key="local", max_retries=0)
-            used = cpu_s(roder.pid)
-            new_direct, new_roder = alternate(
-                [lambda: direct_ttft(direct), lambda: roder_ttft(through, None)], n
-            )
-            # What the server process spent per response, whole (not only to the first
-            # delta; warm-ups included): a figure the machine's load does not inflate.
-            new_cpu = (cpu_s(roder.pid) - used) / (n + 2) * 1e3
-            # The same conversation both ways: the direct client sends the whole history
-            # the engine gets through Roder (each turn's input and reply), turn for turn.
-            conversation = through.conversations.create().id
-            history: list[dict[str, str]] = []
-            used = cpu_s(roder.pid)
-            conv_direct, conv_roder = alternate(
-                [lambda: direct_ttft(direct, history), lambda: roder_ttft(through, conversation)],
-                n,
-            )
-            conv_cpu = (cpu_s(roder.pid) - used) / (n + 2) * 1e3
-            rows = [
-                summary("O1 direct, one message", new_direct),
-                summary("O1 roder serve, new conversation", new_roder),
-                summary("O1 direct, the whole conversation", conv_direct),
-                summary("O1 roder serve, one conversation", conv_roder),
-            ]
-        finally:
-            roder.terminate()
-            roder.wait(20)
-            katan.terminate()
-            katan.wait(10)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            roder, roder_url = start_roder(Path(tmp), engine_url)
+            try:
+                direct = openai.OpenAI(base_url=engine_url, api_key="local", max_retries=0)
+                through = openai.OpenAI(base_url=roder_url, api_key="local", max_retries=0)
+                used = cpu_s(roder.pid)
+                new_direct, new_roder = alternate(
+                    [lambda: direct_ttft(direct), lambda: roder_ttft(through, None)], n
+                )
+                # What the server process spent per response, whole (not only to the first
+                # delta; warm-ups included): a figure the machine's load does not inflate.
+                new_cpu = (cpu_s(roder.pid) - used) / (n + 2) * 1e3
+                # The same conversation both ways: the direct client sends the whole history
+                # the engine gets through Roder (each turn's input and reply), turn for turn.
+                conversation = through.conversations.create().id
+                history: list[dict[str, str]] = []
+                used = cpu_s(roder.pid)
+                runs = [
+                    lambda: direct_ttft(direct, history),
+                    lambda: roder_ttft(through, conversation),
+                ]
+                conv_direct, conv_roder = alternate(runs, n)
+                conv_cpu = (cpu_s(roder.pid) - used) / (n + 2) * 1e3
+                rows = [
+                    summary("O1 direct, one message", new_direct),
+                    summary("O1 roder serve, new conversation", new_roder),
+                    summary("O1 direct, the whole conversation", conv_direct),
+                    summary("O1 roder serve, one conversation", conv_roder),
+                ]
+            finally:
+                roder.terminate()
+                roder.wait(20)
+    finally:  # also when roder serve did not start
+        katan.terminate()
+        katan.wait(10)
     pairs = [(new_direct, new_roder), (conv_direct, conv_roder)]
     print(f"{'workload (SDK time to first delta)':<40} {'n':>5} {'p50 ms':>8} {'p90 ms':>8} "
           f"{'added p50':>10} {'paired':>7} {'target':>8} {'met':>4}")  # fmt: skip
