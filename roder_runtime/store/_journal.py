@@ -1,0 +1,210 @@
+"""A thread-bound journal: what sessions, turns and compaction see of the thread store.
+
+:class:`ThreadJournal` appends to one thread (conditionally when asked), reads its replay
+and takes a mark (the last sequence) — nothing else of the store, and every call has a
+deadline, so a store that stops answering fails the caller with an error naming the store
+instead of hanging it. :class:`Journal` is the protocol the turn driver and compaction take:
+a session hands them its recorder-backed journal, a script the store-backed one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Protocol, TypeVar
+
+import anyio
+
+from roder_api.codec import gc_paused
+from roder_api.errors import StoreError
+from roder_api.events import Event, ItemCompleted, JournalEvent
+from roder_api.threads import EventPage, ThreadMetadata, ThreadSnapshot, ThreadStore
+from roder_api.transcript import TranscriptItem, trim_to_last_compaction_boundary
+
+T = TypeVar("T")
+
+DEFAULT_STORE_TIMEOUT_S = 120.0
+"""How long one store call may take when ``turn_timeout_s`` is not set."""
+
+
+def store_label(factory: object) -> str:
+    """Return what deadline errors call the store a factory opens (``thread store 'jsonl'``)."""
+    return f"thread store {getattr(factory, 'id', '?')!r}"
+
+
+async def bounded_call(
+    what: str, call: Callable[[], Awaitable[T]], *, store_name: str, timeout_s: float
+) -> T:
+    """Return ``await call()``; raise ``StoreError`` naming the store when it is late.
+
+    The one deadline of the runtime's store calls (``turn_timeout_s``, else
+    :data:`DEFAULT_STORE_TIMEOUT_S`): ``what`` says which call did not answer. The store
+    call is cancelled (a blocking driver call in a worker thread ends when it returns).
+    """
+    with anyio.move_on_after(timeout_s) as scope:
+        return await call()
+    assert scope.cancelled_caught
+    raise StoreError(
+        f"{store_name} did not answer within {timeout_s:g} s ({what}); check the store "
+        "(disk, database, network) and try again"
+    )
+
+
+class ReplayHistory(list[TranscriptItem]):
+    """The transcript items from the last compaction boundary on, as read at ``sequence``.
+
+    A list (use it as one); ``sequence`` is the thread's last event when it was read (0:
+    none). ``Runtime.compact_with_provider`` commits only if no item was journaled after
+    it, so an item appended between the read and the compaction is never hidden.
+    """
+
+    __slots__ = ("sequence",)
+
+    def __init__(self, items: Iterable[TranscriptItem] = (), *, sequence: int = 0) -> None:
+        super().__init__(items)
+        self.sequence = sequence
+
+
+class Journal(Protocol):
+    """One thread's journal as a turn and a compaction use it."""
+
+    thread_id: str
+    store_name: str
+
+    async def append(
+        self, events: Sequence[Event], *, expected_last_sequence: int | None = None
+    ) -> list[JournalEvent]:
+        """Append ``events`` as one durable batch; return them as journaled.
+
+        With ``expected_last_sequence`` the batch lands only if the thread's last event is
+        still that sequence (``SequenceConflictError`` otherwise, nothing written).
+        """
+        ...
+
+    async def read_events(self, *, after: int = 0) -> list[JournalEvent]:
+        """Return the thread's events with sequence above ``after``."""
+        ...
+
+    async def replay_history(self) -> ReplayHistory:
+        """Return the transcript items from the last compaction boundary on (and the
+        sequence they were read at)."""
+        ...
+
+    async def last_sequence(self) -> int:
+        """Return the sequence of the thread's last event (0 when it has none): a mark."""
+        ...
+
+
+class ThreadJournal:
+    """A :class:`Journal` straight on the store, every call bounded by ``timeout_s``.
+
+    ``store_name`` (for example ``thread store 'jsonl'``) is what errors call the store.
+    A call that does not return in time raises ``StoreError`` saying so; the store call is
+    cancelled (a blocking driver call in a worker thread ends when it returns).
+    """
+
+    def __init__(
+        self,
+        store: ThreadStore,
+        thread_id: str,
+        *,
+        store_name: str,
+        timeout_s: float | None = None,
+        observe: Callable[[str, Sequence[JournalEvent]], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.observe = observe
+        """Called with each batch right after the store persisted it (the observer seam)."""
+        self.thread_id = thread_id
+        self.store_name = store_name
+        self.timeout_s = timeout_s if timeout_s is not None else DEFAULT_STORE_TIMEOUT_S
+        self._replayed: tuple[list[TranscriptItem], JournalEvent] | None = None
+
+    async def bounded(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        """Return ``await call()``; raise ``StoreError`` naming the store when it is late."""
+        return await bounded_call(
+            f"{what} of thread {self.thread_id!r}",
+            call,
+            store_name=self.store_name,
+            timeout_s=self.timeout_s,
+        )
+
+    async def append(
+        self, events: Sequence[Event], *, expected_last_sequence: int | None = None
+    ) -> list[JournalEvent]:
+        """Append ``events`` (conditionally with ``expected_last_sequence``)."""
+        if expected_last_sequence is None:
+            entries = await self.bounded(
+                "append", lambda: self.store.append_events(self.thread_id, events)
+            )
+        else:
+            entries = await self.bounded(
+                "conditional append",
+                lambda: self.store.append_events(
+                    self.thread_id, events, expected_last_sequence=expected_last_sequence
+                ),
+            )
+        if self.observe is not None:
+            self.observe(self.thread_id, entries)
+        return entries
+
+    async def read_events(self, *, after: int = 0) -> list[JournalEvent]:
+        """Return the thread's events with sequence above ``after``."""
+        return await self.bounded(
+            "read", lambda: self.store.read_events(self.thread_id, after=after)
+        )
+
+    async def replay_history(self) -> ReplayHistory:
+        """Return the transcript items from the last compaction boundary on, with the
+        sequence of the last event read (the replay runs to the journal's end).
+
+        After the first, a replay reads only the events from the last one it saw on (the
+        journal is append-only and numbered without gaps): whatever anyone appended since
+        is added, a boundary among it starts the history anew, and a journal whose event
+        at that sequence is another (the thread was deleted and made again) is replayed
+        whole. A session replays before every turn: O(new events), not O(history).
+        """
+        # Decoding many events: the cyclic collector would only slow it down.
+        with gc_paused():
+            seen = self._replayed
+            if seen is not None:
+                items, last = seen
+                after = last.sequence - 1
+                tail = await self.bounded(
+                    "replay", lambda: self.store.read_events(self.thread_id, after=after)
+                )
+                if tail and tail[0] == last:
+                    return self._replay_of(items, tail[1:], tail[-1])
+            entries = await self.bounded("replay", lambda: self.store.replay_events(self.thread_id))
+            return self._replay_of([], entries, entries[-1] if entries else None)
+
+    def _replay_of(
+        self,
+        items: list[TranscriptItem],
+        entries: Sequence[JournalEvent],
+        last: JournalEvent | None,
+    ) -> ReplayHistory:
+        added = [e.event.item for e in entries if isinstance(e.event, ItemCompleted)]
+        history = trim_to_last_compaction_boundary([*items, *added]) if added else items
+        self._replayed = (history, last) if last is not None else None
+        return ReplayHistory(history, sequence=last.sequence if last is not None else 0)
+
+    async def snapshot(self) -> ThreadSnapshot:
+        """Return the thread's metadata and whole history by turn (``read_snapshot``)."""
+        # Decoding many events: the cyclic collector would only slow it down.
+        with gc_paused():
+            return await self.bounded("load", lambda: self.store.read_snapshot(self.thread_id))
+
+    async def metadata(self) -> ThreadMetadata:
+        """Return the thread's metadata (``get_thread``)."""
+        return await self.bounded("metadata read", lambda: self.store.get_thread(self.thread_id))
+
+    async def last_sequence(self) -> int:
+        """Return the sequence of the thread's last event (0 when it has none)."""
+        return (await self.metadata()).last_sequence
+
+    async def event_page(self, *, before: int | None = None, limit: int = 256) -> EventPage:
+        """Return up to ``limit`` events below ``before`` (the newest when None), ascending."""
+        return await self.bounded(
+            "page read",
+            lambda: self.store.event_page(self.thread_id, before=before, limit=limit),
+        )
