@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
+from roder_api._thread_contract import Turn
 from roder_api.codec import EXACT_MARK, event_decoders, from_dict, gc_paused, loads_json
 from roder_api.events import ItemCompleted
-from roder_api.threads import Turn
 
 _MARKS = (EXACT_MARK[0], EXACT_MARK.decode())
 """The first byte (or character) of an event the codec wrote with the standard library."""
