@@ -101,7 +101,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             placeholder = subparsers.add_parser(name, help=summary)
             placeholder.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
             placeholder.set_defaults(handler=_not_chosen)
-    _plugin_commands.register(subparsers, set(subparsers.choices), chosen)
+    if chosen not in subparsers.choices:  # a built-in command runs: no plugin's is needed
+        _plugin_commands.register(subparsers, set(subparsers.choices), chosen)
     return parser
 
 
