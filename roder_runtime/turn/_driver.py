@@ -127,6 +127,7 @@ class TurnDriver:
         self._inturn = InTurnCompaction(turn_id, sink, self.journal)  # staged boundaries
         self._budget = BudgetGuard(self.config.budget, self.journal, turn_id)
         self._usage = HeldUsage(sink, turn_id, model, engine.id)  # billed with its response
+        self._first: list[str] = []  # the first step's id: its start is in the turn's append
 
     def abort(self, reason: AbortReason) -> None:
         """Stop the turn now (``interrupted``, ``closed``, ...), keeping the text delivered."""
@@ -202,13 +203,15 @@ class TurnDriver:
         """Journal the turn's start and input, compacting in between when due; return the
         first model call's transcript. The input is journaled (its items, or
         ``InputAccepted`` when a compaction comes first) before any model call;
-        ``on_input_journaled`` is called once it is persisted."""
+        ``on_input_journaled`` is called once it is persisted (with the first step's start)."""
         self._waiting_for = self.journal.store_name
         history = await self.journal.replay_history()
         due = await auto_compaction_due(self.catalog, self.engine, self.model, history, self.inputs)
         start: list[Event] = [TurnStarted(self.turn_id)]
         if not due:
             start += [ItemCompleted(self.turn_id, item) for item in self.inputs]
+            first = self._first = [] if self._budget.budget.enabled else [new_id("step")]
+            start += [ModelStepStarted(self.turn_id, s, self.model, self.engine.id) for s in first]
         elif not self._input_accepted() and self._announce_input:
             start.append(InputAccepted(self.turn_id, self.user_message.text))
         await self.sink.record(*start)
@@ -309,10 +312,11 @@ class TurnDriver:
 
         async def start(number: int) -> AsyncIterator[InferenceEvent]:
             nonlocal step
-            step = StepState(new_id("step"))
+            announced = self._first.pop() if self._first else None  # one append, not two
+            step = StepState(announced or new_id("step"))
             self._inturn.next_step()
             started = ModelStepStarted(self.turn_id, step.step_id, self.model, self.engine.id)
-            await self.sink.record(started)
+            await self.sink.record(*[] if announced else [started])
             self._waiting_for = f"engine {self.engine.id!r}"
             ctx = InferenceTurnContext(
                 self.journal.thread_id, self.turn_id, step.step_id, UsagePurpose.TURN, number

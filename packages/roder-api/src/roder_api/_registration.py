@@ -6,6 +6,8 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from roder_api.errors import PluginSettingsError
+
 if TYPE_CHECKING:  # imported by the checks that use them, when a plugin is loaded
     from roder_api.inference import InferenceEngine
     from roder_api.threads import ThreadStoreFactory
@@ -71,3 +73,19 @@ def factory_id(factory: ThreadStoreFactory) -> str:
     if not isinstance(factory.id, str) or not factory.id:
         raise ValueError(f"thread store factory {factory!r} has no id; set the `id` attribute")
     return factory.id
+
+
+def reason_of(
+    error: BaseException | str, locate: Callable[[str, str | None], str | None] | None
+) -> str:
+    """Return a one-line reason, led by where the bad setting was written (``locate``)."""
+    if isinstance(error, str):
+        return error
+    if isinstance(error, PluginSettingsError):
+        where = error.source
+        if error.line is not None and where is not None:
+            where = f"{where}:{error.line}"
+        if where is None and locate is not None:
+            where = locate(error.settings_id, error.setting)
+        return f"{where}: {error.reason}" if where else error.reason
+    return f"{type(error).__name__}: {error}"
