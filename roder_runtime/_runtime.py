@@ -7,7 +7,7 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -24,18 +24,9 @@ from roder_api.events import (
 )
 from roder_api.extension import ExtensionRegistry
 from roder_api.inference import InferenceEngine, TokenUsage, ToolSpec
-from roder_api.threads import (
-    EventPage,
-    ThreadMetadata,
-    ThreadPage,
-    ThreadSnapshot,
-    ThreadStore,
-    ThreadStoreFactory,
-    validate_thread_id,
-)
+from roder_api.threads import ThreadMetadata, ThreadStoreFactory, validate_thread_id
 from roder_api.tools import Tool
 from roder_api.transcript import ToolResultRecord, TranscriptItem
-from roder_runtime.compaction._compaction import CompactionResult, compact
 from roder_runtime.compaction._estimates import sum_usage_by_purpose
 from roder_runtime.config._check import load_registry
 from roder_runtime.config._config import RuntimeConfig, load_config
@@ -43,8 +34,6 @@ from roder_runtime.model._call import PreemptSignal
 from roder_runtime.model._catalog import DEFAULT_ENGINE, ModelCatalog
 from roder_runtime.model._ids import new_id
 from roder_runtime.session._ops import SessionStart, UserInput
-from roder_runtime.session._session import Session
-from roder_runtime.session._tools import SessionTools, offered_tools
 from roder_runtime.store._guards import configured_store_factory, open_store
 from roder_runtime.store._journal import (
     DEFAULT_STORE_TIMEOUT_S,
@@ -54,6 +43,11 @@ from roder_runtime.store._journal import (
     store_label,
 )
 from roder_runtime.store._observers import ObserverHub
+
+if TYPE_CHECKING:  # sessions and compaction are imported when used: `threads list` needs none
+    from roder_api.threads import EventPage, ThreadPage, ThreadSnapshot, ThreadStore
+    from roder_runtime.compaction._compaction import CompactionResult
+    from roder_runtime.session._session import Session
 
 __all__ = ["DEFAULT_ENGINE", "Emit", "Runtime", "load_registry"]
 
@@ -357,6 +351,8 @@ class Runtime:
 
     def offered_tools(self, names: Sequence[str] | None = None) -> dict[str, Tool]:
         """Return the tools a session offers for ``names`` (see ``start_session``)."""
+        from roder_runtime.session._tools import offered_tools
+
         return offered_tools(self.registry, self.config.tools, names)
 
     async def _open_session(
@@ -370,6 +366,9 @@ class Runtime:
         *,
         follow_journal: bool = False,
     ) -> Session:
+        from roder_runtime.session._session import Session
+        from roder_runtime.session._tools import SessionTools
+
         offered = self.offered_tools(tools)
         chosen = self.engine(engine)
         model_id = model or self.default_model(chosen)
@@ -454,6 +453,8 @@ class Runtime:
         observed is billed, the history is left exactly as it was, and ``CompactionFailed``
         (``.reason``) or ``CompactionPreempted`` is raised. See ``docs/compaction.md``.
         """
+        from roder_runtime.compaction._compaction import compact
+
         engine = self.engine(engine_id)
         return await compact(
             await self.journal(thread_id),

@@ -23,17 +23,10 @@ from roder_api.inference import (
     InferenceTurnContext,
     MessageDelta,
 )
+from roder_api.storekit import check_expected
 from roder_api.testing import MemoryThreadStore, ScriptedEngine
 from roder_api.testing.conformance import InferenceEngineConformance, ThreadStoreConformance
-from roder_api.threads import (
-    UNSET,
-    EventPage,
-    ThreadLease,
-    ThreadMetadata,
-    ThreadPage,
-    ThreadStore,
-    check_expected,
-)
+from roder_api.threads import UNSET, EventPage, ThreadLease, ThreadMetadata, ThreadPage, ThreadStore
 from roder_jsonl_thread_store import JsonlThreadStore
 from roder_sqlite_thread_store import SqliteThreadStore, SqliteThreadStoreFactory
 

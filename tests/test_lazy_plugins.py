@@ -3,6 +3,7 @@ when one of its ids is needed; one that declares nothing is imported as before."
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import os
 import subprocess
@@ -186,3 +187,59 @@ def test_an_id_two_plugins_declare_is_an_error_naming_both(modules: Path) -> Non
     registry = builder.build()
     assert registry.inference_engine("declared").id == "declared"
     assert "lazy_second_plugin" not in sys.modules
+
+
+# Every module a command imports (sys.modules at exit, the interpreter's own included),
+# bounded under what the command imported before the runtime's imports were made lazy
+# (--help 311, threads list 402, prompt 490; 181, 371, 476 after): a new eager import
+# shows up here.
+MODULE_BOUNDS = {("--help",): 220, ("threads", "list"): 385, ("prompt", "hi"): 485}
+
+
+def test_each_command_imports_a_bounded_number_of_modules(tmp_path: Path) -> None:
+    counts = {}
+    for args in MODULE_BOUNDS:
+        roder(tmp_path, *args)
+        modules = set((tmp_path / "modules.txt").read_text().split())
+        counts[args] = len(modules)
+        assert "roder_runtime.cli" in modules  # the walk saw the command's modules
+        if args == ("--help",):
+            # The argparse tree alone: no command's implementation, no runtime, no contract.
+            ours = {m for m in modules if m.startswith("roder_runtime.")}
+            assert ours <= {"roder_runtime.cli", "roder_runtime.cli._common"} | {
+                "roder_runtime.cli._plugin_commands"
+            }
+            assert "roder_api.events" not in modules and "roder_api.codec" not in modules
+        if args == ("threads", "list"):
+            # Listing threads opens no session, runs no turn and compacts nothing.
+            assert (
+                not {
+                    "roder_runtime.session._session",
+                    "roder_runtime.turn._driver",
+                    "roder_runtime.compaction._compaction",
+                    "roder_runtime.threads._migration",
+                    "roder_runtime.cli._chat",
+                }
+                & modules
+            )
+    assert all(counts[args] <= bound for args, bound in MODULE_BOUNDS.items()), counts
+
+
+def _listed(parser: argparse.ArgumentParser) -> list[tuple[str, str | None]]:
+    """Return each sub-command of ``parser`` with its one-line help, in help order."""
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return [(action.dest, action.help) for action in sub._choices_actions]
+
+
+def test_the_cli_lists_its_commands_as_their_modules_register_them() -> None:
+    # `roder --help` lists the built-in commands from cli.COMMANDS without importing their
+    # modules: the names, order and help must be what the modules themselves register.
+    from roder_runtime import cli
+
+    builtin = {name for _, commands in cli.COMMANDS for name, _ in commands}
+    lazy = [row for row in _listed(cli.build_parser(["--help"])) if row[0] in builtin]
+    eager = [row for row in _listed(cli.build_parser()) if row[0] in builtin]
+    assert len(eager) == len(builtin) == 10
+    assert lazy == eager
+    chosen = cli.build_parser(["threads", "list"])
+    assert chosen.parse_args(["threads", "list", "--json"]).json is True

@@ -14,8 +14,9 @@ from roder_api.errors import StoreCorruptedError, StoreError
 from roder_api.events import Event, ItemCompleted, UsageUpdated
 from roder_api.extension import ExtensionRegistryBuilder
 from roder_api.inference import TokenUsage
+from roder_api.storekit import turns_from_events
 from roder_api.testing import MemoryThreadStore, MemoryThreadStoreFactory, ScriptedEngine
-from roder_api.threads import ThreadStore, ThreadStoreFactory, turns_from_events
+from roder_api.threads import ThreadStore, ThreadStoreFactory
 from roder_api.transcript import UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig

@@ -13,15 +13,29 @@ from .conftest import REPO
 
 pytestmark = pytest.mark.core
 
-# Each package by the directory its distribution keeps it in (roder_api is roder-api's).
-PACKAGES = {"roder_api": REPO / "packages" / "roder-api" / "src", "roder_runtime": REPO}
+# Each package by the directory its distribution keeps it in (roder_api is roder-api's,
+# each plugin's under plugins/*/src).
+PACKAGES = {
+    "roder_api": REPO / "packages" / "roder-api" / "src",
+    "roder_runtime": REPO,
+    **{
+        package.name: package.parent
+        for package in sorted(REPO.glob("plugins/*/src/*"))
+        if (package / "__init__.py").exists()
+    },
+}
+# Directories whose modules are imported by their own names (benchmarks/ is on the path of
+# the benchmarks and of the torture tests: ``_api_common``, ``_torture.crash``).
+SCRIPT_DIRS = [REPO / "benchmarks"]
 
 
 def modules() -> dict[str, Path]:
-    """Return every module of our packages by dotted name."""
+    """Return every module of our packages, plugins and benchmarks by dotted name."""
     found: dict[str, Path] = {}
-    for package, root in PACKAGES.items():
-        for path in sorted((root / package).rglob("*.py")):
+    trees = [(root, root / package) for package, root in PACKAGES.items()]
+    trees += [(directory, directory) for directory in SCRIPT_DIRS]
+    for root, tree in trees:
+        for path in sorted(tree.rglob("*.py")):
             parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
@@ -178,6 +192,26 @@ def test_no_runtime_module_uses_another_modules_private_names() -> None:
         if name.startswith("roder_runtime")
     }
     assert {name: uses for name, uses in offences.items() if uses} == {}
+
+
+def test_no_plugin_or_benchmark_module_uses_another_modules_private_names() -> None:
+    known = modules()
+    plugins = [name for name in PACKAGES if name not in ("roder_api", "roder_runtime")]
+    ours = [
+        name
+        for name in known
+        if name.split(".")[0] in plugins or known[name].is_relative_to(SCRIPT_DIRS[0])
+    ]
+    assert "roder_server.openai._routes" in ours and "_torture.crash" in ours
+    offences = {name: private_uses(name, known[name], known) for name in ours}
+    assert {name: uses for name, uses in offences.items() if uses} == {}
+
+
+def test_the_plugins_and_benchmarks_are_in_the_graph() -> None:
+    edges = graph()
+    assert any(t.startswith("roder_api") for t in edges["roder_jsonl_thread_store._core"])
+    assert "_torture.checks" in edges["_torture.crash"]
+    assert not [c for c in cycles(edges) if any(m.startswith("_torture") for m in c)]
 
 
 @pytest.mark.parametrize(

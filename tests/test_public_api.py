@@ -111,3 +111,41 @@ def test_engine_without_compact_turn_has_no_native_compaction() -> None:
 
     assert not Plain().supports_native_compaction
     assert Native().supports_native_compaction
+
+
+# A package may list its own submodule's names (``roder_api`` the registry, ``testing`` the
+# kits); these two are in two vocabularies on purpose: ``ProviderMetadata`` is both a
+# transcript item and an event an engine yields, and the version is the one single-sourced.
+SHARED_ON_PURPOSE = {"ProviderMetadata", "__version__"}
+
+
+def test_each_public_name_has_one_home() -> None:
+    homes: dict[int, list[str]] = {}
+    names: dict[int, str] = {}
+    for module_name in MODULES:
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if isinstance(obj, (int, str, float)) or name in SHARED_ON_PURPOSE:
+                continue
+            homes.setdefault(id(obj), []).append(module_name)
+            names[id(obj)] = name
+
+    def nested(a: str, b: str) -> bool:  # a package listing its own submodule's name
+        return b.startswith(a + ".") or a.startswith(b + ".")
+
+    twice = {
+        names[key]: where
+        for key, where in homes.items()
+        if len(where) > 1 and not (len(where) == 2 and nested(*where))
+    }
+    assert twice == {}
+
+
+def test_the_store_kit_names_still_import_from_their_old_home() -> None:
+    from roder_api import storekit, threads
+
+    for name in ["BlockingThreadStore", "TurnFold", "encode_cursor", "fold_metadata"]:
+        assert getattr(threads, name) is getattr(storekit, name)
+        assert name in storekit.__all__ and name not in threads.__all__
+    assert storekit.UNSET is threads.UNSET and "UNSET" in threads.__all__

@@ -130,6 +130,7 @@ def test_the_in_turn_check_catches_half_a_commit() -> None:
         TurnComplete,
         UsageUpdated,
     )
+    from roder_api.inference import TokenUsage
     from roder_api.threads import ThreadMetadata
     from roder_api.transcript import AssistantMessage, ProviderMetadata
 
@@ -150,6 +151,6 @@ def test_the_in_turn_check_catches_half_a_commit() -> None:
         TurnComplete("a", "hi"),
     )
     assert problems(whole) == []
-    assert problems(journal(ItemCompleted("a", boundary), UsageUpdated("a", crash.TokenUsage())))
+    assert problems(journal(ItemCompleted("a", boundary), UsageUpdated("a", TokenUsage())))
     assert problems(journal(ItemCompleted("a", boundary), CompactionCommitted("a")))
     assert problems(journal(CompactionCommitted("a")))

@@ -10,47 +10,21 @@ moment and checks the store against the acknowledgements.
 from __future__ import annotations
 
 import logging
-import os
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
 import anyio
-import orjson
 
 from roder_api.events import Event, ItemCompleted, JournalEvent, UsageUpdated
 from roder_api.inference import TokenUsage
 from roder_api.transcript import ContextCompaction, UserMessage
 
-from .stores import StoreSpec
+from .jobs import Acks, ChildJob
 
 WRITERS_PER_CHILD = 3
 """Concurrent writer tasks in one append child (they share threads, to exercise locking)."""
-
-
-@dataclass(frozen=True)
-class ChildJob:
-    """Everything a child needs: what to do, on which store and threads, where to ack."""
-
-    mode: str
-    spec: StoreSpec
-    thread_ids: tuple[str, ...]
-    ack_path: str
-    seed: int
-    backend: str = "asyncio"
-
-
-class Acks:
-    """Appends acknowledgement lines to the ack file, one ``os.write`` each."""
-
-    def __init__(self, path: str) -> None:
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def write(self, record: dict[str, Any]) -> None:
-        """Acknowledge one commit (the line is in the kernel once this returns)."""
-        os.write(self.fd, orjson.dumps(record) + b"\n")
 
 
 def batch_events(batch_id: str, size: int, rng: random.Random) -> tuple[list[Event], int]:

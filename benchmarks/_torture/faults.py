@@ -34,8 +34,8 @@ from roder_api.errors import RoderError, StoreError
 from roder_api.events import JournalEvent
 from roder_api.threads import ThreadMetadata
 
+from .checks import ThreadState, check_batches, check_journal
 from .child import batch_events
-from .crash import ThreadState, check_batches, check_journal
 from .stats import KindStats
 from .stores import StoreSpec
 

@@ -243,8 +243,8 @@ def fsck_available() -> bool:
     """Return True when this Roder has the ``roder fsck`` command."""
     from roder_runtime import cli
 
-    modules = getattr(cli, "COMMAND_MODULES", ())
-    return any(getattr(m, "__name__", "").endswith("fsck") for m in modules)
+    commands = getattr(cli, "COMMANDS", ())
+    return any(name == "fsck" for _, listed in commands for name, _ in listed)
 
 
 async def store_fsck(spec: StoreSpec) -> bool:

@@ -37,8 +37,8 @@ from roder_api.testing._scripted import default_reply
 from roder_api.threads import ThreadMetadata
 from roder_api.transcript import ProviderMetadata, is_compaction_boundary
 
-from .child import Acks, ChildJob
-from .crash import ThreadState, register_checker
+from .checks import ThreadState, register_checker
+from .jobs import Acks, ChildJob
 from .stats import KindStats
 
 

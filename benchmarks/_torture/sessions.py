@@ -34,8 +34,8 @@ from roder_api.testing import Delay, Raise, ScriptedEngine, ScriptStep, default_
 from roder_api.threads import ThreadMetadata
 from roder_api.transcript import is_compaction_boundary
 
-from .child import Acks, ChildJob
-from .crash import ThreadState, register_checker
+from .checks import ThreadState, register_checker
+from .jobs import Acks, ChildJob
 from .stats import KindStats
 
 

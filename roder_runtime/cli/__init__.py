@@ -10,30 +10,18 @@ May import: roder_runtime, _runtime, threads, session, turn, compaction, tools, 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import traceback
 from collections.abc import Sequence
-
-import anyio
 
 if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
     from exceptiongroup import BaseExceptionGroup
 
 from roder_api.errors import RoderError
 from roder_runtime import __version__
-from roder_runtime.cli import (
-    _chat,
-    _compact,
-    _config_cmd,
-    _fsck,
-    _migrate,
-    _models,
-    _plugin_commands,
-    _plugins,
-    _replay,
-    _threads,
-)
+from roder_runtime.cli import _plugin_commands
 from roder_runtime.cli._common import (
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
@@ -43,18 +31,24 @@ from roder_runtime.cli._common import (
     add_global_flags,
 )
 
-COMMAND_MODULES = (
-    _chat,
-    _threads,
-    _replay,
-    _compact,
-    _migrate,
-    _fsck,
-    _models,
-    _plugins,
-    _config_cmd,
+COMMANDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    (
+        "_chat",
+        (("chat", "chat on a durable thread"), ("prompt", "send one prompt and print the reply")),
+    ),
+    ("_threads", (("threads", "list, inspect, export, fork, delete and prune threads"),)),
+    ("_replay", (("replay", "show what the next model call on a thread would receive"),)),
+    ("_compact", (("compact", "compact a thread's history now"),)),
+    ("_migrate", (("migrate", "copy every thread from one store to another, verified"),)),
+    ("_fsck", (("fsck", "check the thread journals (and repair them)"),)),
+    ("_models", (("models", "list the models of every engine (or one)"),)),
+    ("_plugins", (("plugins", "list installed plugins"),)),
+    ("_config_cmd", (("config", "show or check the configuration"),)),
 )
-"""The modules whose ``register`` adds a command (in ``roder --help`` order)."""
+"""The modules of ``roder_runtime.cli`` whose ``register`` adds commands (in ``roder --help``
+order), with the commands each adds and their one-line help. A module is imported only when
+one of its commands runs (every one for the CLI reference): ``roder --help`` and ``roder
+threads list`` do not import the chat, the compaction or the migration."""
 
 
 EPILOG = """\
@@ -85,9 +79,9 @@ exit codes:
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """Return the ``roder`` argument parser with every command.
 
-    With ``argv``, only the plugin command it chooses (if any) is imported to add its
-    arguments; the other plugin commands are listed by name and help alone, so that
-    ``roder --help`` and the built-in commands import no plugin for them.
+    With ``argv``, only the command it chooses (if any) is imported to add its arguments;
+    the other commands, built-in (:data:`COMMANDS`) and of plugins, are listed by name and
+    help alone, so that ``roder --help`` imports no command and no plugin.
     """
     parser = argparse.ArgumentParser(
         prog="roder",
@@ -98,11 +92,22 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"roder {__version__}")
     add_global_flags(parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in COMMAND_MODULES:
-        module.register(subparsers)
     chosen = "*" if argv is None else _chosen_command(argv)
-    _plugin_commands.register(subparsers, set(subparsers.choices), chosen)
+    for module, commands in COMMANDS:
+        if chosen == "*" or any(name == chosen for name, _ in commands):
+            importlib.import_module(f"{__name__}.{module}").register(subparsers)
+            continue
+        for name, summary in commands:  # listed, not chosen: never run
+            placeholder = subparsers.add_parser(name, help=summary)
+            placeholder.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+            placeholder.set_defaults(handler=_not_chosen)
+    if chosen not in subparsers.choices:  # a built-in command runs: no plugin's is needed
+        _plugin_commands.register(subparsers, set(subparsers.choices), chosen)
     return parser
+
+
+async def _not_chosen(args: argparse.Namespace) -> int:
+    raise RuntimeError(f"roder {args.command} was not prepared (its module was not imported)")
 
 
 def _chosen_command(argv: Sequence[str]) -> str | None:
@@ -124,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    import anyio
+
     try:
         code: int = anyio.run(handler, args)
         return code

@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib
 import os
 import re
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio.to_thread
-import orjson
-
-from roder_api.extension import NOT_INSTALLED, PluginInfo
-from roder_runtime._runtime import Runtime
-from roder_runtime.threads._export import format_ms as format_ms  # re-exported for the commands
+if TYPE_CHECKING:  # imported where used: `roder --help` imports this module alone
+    from roder_api.extension import PluginInfo
+    from roder_runtime._runtime import Runtime
 
 T = TypeVar("T")
 
@@ -36,12 +34,26 @@ class CommandError(Exception):
         self.exit_code = exit_code
 
 
+def lazy_handler(module: str, name: str) -> Callable[[argparse.Namespace], Awaitable[int]]:
+    """Return a command handler that imports ``roder_runtime.cli.<module>`` when it runs,
+    so that registering a command's arguments does not import what runs it."""
+
+    async def handler(args: argparse.Namespace) -> int:
+        run: Callable[[argparse.Namespace], Awaitable[int]]
+        run = getattr(importlib.import_module(f"roder_runtime.cli.{module}"), name)
+        return await run(args)
+
+    return handler
+
+
 @asynccontextmanager
 async def open_runtime(args: argparse.Namespace) -> AsyncIterator[Runtime]:
     """Yield a runtime from ``--config`` (or ``$RODER_HOME/config.toml``), closed after.
 
     The configuration is read and the plugins imported in a worker thread.
     """
+    from roder_runtime._runtime import Runtime
+
     async with await Runtime.open(args.config) as runtime:
         warn_unknown_plugins(runtime.registry.plugins)
         yield runtime
@@ -49,6 +61,8 @@ async def open_runtime(args: argparse.Namespace) -> AsyncIterator[Runtime]:
 
 def warn_unknown_plugins(infos: Iterable[PluginInfo]) -> None:
     """Warn on stderr about each name in ``RODER_PLUGINS`` that no installed plugin has."""
+    from roder_api.extension import NOT_INSTALLED
+
     for info in infos:
         if info.error is not None and info.error.startswith(NOT_INSTALLED):
             print(f"roder: warning: plugin {info.name!r}: {info.error}", file=sys.stderr)
@@ -56,6 +70,8 @@ def warn_unknown_plugins(infos: Iterable[PluginInfo]) -> None:
 
 def print_json(data: Any) -> None:
     """Print ``data`` as indented JSON on stdout."""
+    import orjson
+
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
@@ -244,6 +260,8 @@ async def confirm(question: str) -> bool:
     """Ask ``question`` on the terminal; return True only for an answer starting with y."""
     sys.stderr.write(f"{question} [y/N] ")
     sys.stderr.flush()
+    import anyio.to_thread
+
     answer = await anyio.to_thread.run_sync(sys.stdin.readline)
     return answer.strip().lower() in ("y", "yes")
 
@@ -274,6 +292,8 @@ async def write_text_file(path: str | os.PathLike[str], text: str) -> None:
             raise
 
     try:
+        import anyio.to_thread
+
         await anyio.to_thread.run_sync(write)
     except OSError as exc:
         # Name the path the user gave, not the temporary file beside it.

@@ -11,16 +11,16 @@ import functools
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
-
-from roder_api.commands import Command
 from roder_api.errors import PluginLoadError
 from roder_api.extension import ExtensionRegistryBuilder, PluginInfo
-from roder_runtime._runtime import Runtime, load_registry
 from roder_runtime.cli._common import add_global_flags_below, warn_unknown_plugins
-from roder_runtime.config._config import RuntimeConfig, load_config
+
+if TYPE_CHECKING:  # imported when a command runs: `roder --help` lists commands alone
+    from roder_api.commands import Command
+    from roder_runtime._runtime import Runtime
+    from roder_runtime.config._config import RuntimeConfig
 
 
 def plugin_commands(taken: set[str], chosen: str | None = None) -> list[Command | LazyCommand]:
@@ -103,6 +103,10 @@ async def _unavailable(command: LazyCommand, args: argparse.Namespace) -> int:
 
 
 async def _run(command: Command, args: argparse.Namespace) -> int:
+    import anyio.to_thread
+
+    from roder_runtime.config._config import load_config
+
     config = await anyio.to_thread.run_sync(load_config, args.config)
     return await command.run(args, CliCommandContext(args.config, config))
 
@@ -136,6 +140,11 @@ class CliCommandContext:
 
     @asynccontextmanager
     async def _open(self, overrides: dict[str, Any]) -> AsyncIterator[Runtime]:
+        import anyio.to_thread
+
+        from roder_runtime._runtime import Runtime, load_registry
+        from roder_runtime.config._config import load_config
+
         store = overrides.pop("thread_store", None)
         if overrides:
             raise ValueError(f"cannot override {', '.join(sorted(overrides))}")

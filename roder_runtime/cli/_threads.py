@@ -9,11 +9,8 @@ from typing import Any
 
 from roder_api.codec import to_dict
 from roder_api.errors import RoderError
-from roder_api.threads import (
-    ThreadMetadata,
-    encode_cursor,
-    listing_key,
-)
+from roder_api.storekit import encode_cursor, listing_key
+from roder_api.threads import ThreadMetadata
 from roder_runtime._runtime import Runtime
 from roder_runtime.cli._common import (
     EXIT_OK,
@@ -21,19 +18,14 @@ from roder_runtime.cli._common import (
     CommandError,
     add_command,
     add_json_flag,
-    format_ms,
     iso_ms,
+    lazy_handler,
     open_runtime,
     parse_moment,
     print_json,
 )
-from roder_runtime.cli._threads_manage import (
-    delete_command,
-    fork_command,
-    prune_command,
-)
 from roder_runtime.cli._threads_obs import register as register_observability
-from roder_runtime.cli._threads_show import export_command, show_command
+from roder_runtime.threads._export import format_ms
 
 LIST_SCAN_PAGE = 500
 """Threads read per store page while filtering a listing."""
@@ -140,7 +132,7 @@ def register(subparsers: Any) -> None:
         "--events", action="store_true", help="show the raw journal instead of the transcript"
     )
     add_json_flag(show_parser)
-    show_parser.set_defaults(handler=show_command)
+    show_parser.set_defaults(handler=lazy_handler("_threads_show", "show_command"))
 
     export_parser = add_command(
         sub,
@@ -168,7 +160,7 @@ def register(subparsers: Any) -> None:
         "-o", "--output", metavar="FILE", help="write to FILE instead of stdout"
     )
     add_json_flag(export_parser)
-    export_parser.set_defaults(handler=export_command)
+    export_parser.set_defaults(handler=lazy_handler("_threads_show", "export_command"))
 
     delete_parser = add_command(
         sub,
@@ -189,7 +181,7 @@ def register(subparsers: Any) -> None:
     delete_parser.add_argument("thread_ids", metavar="ID", nargs="+", help="threads to delete")
     delete_parser.add_argument("-y", "--yes", action="store_true", help="do not ask")
     add_json_flag(delete_parser)
-    delete_parser.set_defaults(handler=delete_command)
+    delete_parser.set_defaults(handler=lazy_handler("_threads_manage", "delete_command"))
 
     fork_parser = add_command(
         sub,
@@ -215,7 +207,7 @@ def register(subparsers: Any) -> None:
     )
     fork_parser.add_argument("--title", help="title of the fork (default: the source's + (fork))")
     add_json_flag(fork_parser)
-    fork_parser.set_defaults(handler=fork_command)
+    fork_parser.set_defaults(handler=lazy_handler("_threads_manage", "fork_command"))
 
     prune_parser = add_command(
         sub,
@@ -252,7 +244,7 @@ def register(subparsers: Any) -> None:
     )
     prune_parser.add_argument("-y", "--yes", action="store_true", help="do not ask")
     add_json_flag(prune_parser)
-    prune_parser.set_defaults(handler=prune_command)
+    prune_parser.set_defaults(handler=lazy_handler("_threads_manage", "prune_command"))
 
     register_observability(sub)
 

@@ -16,7 +16,6 @@ from roder_runtime.cli._common import (
     CommandError,
     confirm,
     count,
-    format_ms,
     format_size,
     iso_ms,
     on_terminal,
@@ -26,7 +25,7 @@ from roder_runtime.cli._common import (
     progress_callback,
 )
 from roder_runtime.cli._ids import resolve_thread_id
-from roder_runtime.threads._export import forked_from
+from roder_runtime.threads._export import forked_from, format_ms
 from roder_runtime.threads._thread_ops import PrunableThread
 from roder_runtime.threads._thread_ops import thread_size as thread_size  # the old home of the name
 

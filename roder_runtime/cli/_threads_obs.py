@@ -10,13 +10,8 @@ import argparse
 import os
 import sys
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from roder_api.events import JournalEvent
-from roder_api.tracing import capture_content, otlp_json, rebuild_traces, span_tree
-from roder_runtime._runtime import Runtime
 from roder_runtime.cli._common import (
     EXIT_OK,
     add_command,
@@ -26,8 +21,11 @@ from roder_runtime.cli._common import (
     write_text_file,
 )
 from roder_runtime.cli._ids import resolve_thread_id
-from roder_runtime.threads import all_threads
-from roder_runtime.turn._cost import CostRow, PricedUsage, group, priced_lines, unpriced_models
+
+if TYPE_CHECKING:  # imported when the command runs: `roder threads list` needs neither
+    from roder_api.events import JournalEvent
+    from roder_runtime._runtime import Runtime
+    from roder_runtime.turn._cost import CostRow, PricedUsage
 
 
 def register(sub: Any) -> None:
@@ -88,6 +86,10 @@ async def _journal(runtime: Runtime, thread_id: str) -> list[JournalEvent]:
 
 async def trace_command(args: argparse.Namespace) -> int:
     """Write a thread's rebuilt trace as OTLP JSON (or its span tree as text)."""
+    import orjson
+
+    from roder_api.tracing import capture_content, otlp_json, rebuild_traces, span_tree
+
     async with open_runtime(args) as runtime:
         thread_id = await resolve_thread_id(runtime, args.thread_id)
         events = await _journal(runtime, thread_id)
@@ -107,6 +109,9 @@ async def trace_command(args: argparse.Namespace) -> int:
 
 async def cost_command(args: argparse.Namespace) -> int:
     """Print what a thread (or every thread) cost, grouped."""
+    from roder_runtime.threads import all_threads
+    from roder_runtime.turn._cost import group, priced_lines, unpriced_models
+
     lines: list[PricedUsage] = []
     async with open_runtime(args) as runtime:
         if args.thread_id is not None:

@@ -28,14 +28,13 @@ from roder_runtime._runtime import Runtime
 from roder_runtime.cli._common import (
     EXIT_OK,
     CommandError,
-    format_ms,
     format_size,
     open_runtime,
     print_json,
     write_text_file,
 )
 from roder_runtime.cli._ids import resolve_thread_id
-from roder_runtime.threads._export import describe_item, forked_from
+from roder_runtime.threads._export import describe_item, forked_from, format_ms
 
 # --- show ---------------------------------------------------------------------------------------
 

@@ -20,21 +20,25 @@ May import: store, _runtime.
 
 from __future__ import annotations
 
-from roder_runtime.threads._export import ExportFormat, ThreadExport, export_thread
-from roder_runtime.threads._fsck_ops import StoreCheck, ThreadCheck, check_threads
-from roder_runtime.threads._migration import MigrationReport, ThreadResult, migrate
-from roder_runtime.threads._thread_ops import (
-    ForkResult,
-    Progress,
-    PrunableThread,
-    PrunePlan,
-    PruneResult,
-    all_threads,
-    fork_thread,
-    plan_prune,
-    prune_threads,
-    read_journal,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from roder_runtime.threads._export import ExportFormat, ThreadExport, export_thread
+    from roder_runtime.threads._fsck_ops import StoreCheck, ThreadCheck, check_threads
+    from roder_runtime.threads._migration import MigrationReport, ThreadResult, migrate
+    from roder_runtime.threads._thread_ops import (
+        ForkResult,
+        Progress,
+        PrunableThread,
+        PrunePlan,
+        PruneResult,
+        all_threads,
+        fork_thread,
+        plan_prune,
+        prune_threads,
+        read_journal,
+    )
 
 __all__ = [
     "ExportFormat",
@@ -57,3 +61,36 @@ __all__ = [
     "prune_threads",
     "read_journal",
 ]
+
+_HOMES = {
+    "_export": ("ExportFormat", "ThreadExport", "export_thread"),
+    "_fsck_ops": ("StoreCheck", "ThreadCheck", "check_threads"),
+    "_migration": ("MigrationReport", "ThreadResult", "migrate"),
+    "_thread_ops": (
+        "ForkResult",
+        "Progress",
+        "PrunableThread",
+        "PrunePlan",
+        "PruneResult",
+        "all_threads",
+        "fork_thread",
+        "plan_prune",
+        "prune_threads",
+        "read_journal",
+    ),
+}
+_LAZY = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """Import an operation on first use (PEP 562): listing threads imports no migration."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'roder_runtime.threads' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

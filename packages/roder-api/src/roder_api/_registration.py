@@ -2,17 +2,39 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roder_api.errors import PluginSettingsError
-from roder_api.inference import InferenceEngine
-from roder_api.threads import ThreadStoreFactory
-from roder_api.tools import Tool, check_tool_name
+
+if TYPE_CHECKING:  # imported by the checks that use them, when a plugin is loaded
+    from roder_api.inference import InferenceEngine
+    from roder_api.threads import ThreadStoreFactory
+    from roder_api.tools import Tool
 
 
-def collector(target: list[Any], kind: type) -> Callable[[Any], None]:
-    """Return a ``register`` callback that appends objects of ``kind`` to ``target``."""
+CONTRACTS = {
+    "engine": ("roder_api.inference", "InferenceEngine"),
+    "store": ("roder_api.threads", "ThreadStoreFactory"),
+    "tool": ("roder_api.tools", "Tool"),
+    "command": ("roder_api.commands", "Command"),
+    "observer": ("roder_api.observers", "Observer"),
+}
+"""Each kind of registration and the contract class it must be an instance of."""
+
+
+def contract(kind: str) -> type:
+    """Return the contract class of a kind of registration (see :data:`CONTRACTS`),
+    imported on first use: a registry built from plugins' declarations imports none."""
+    module, name = CONTRACTS[kind]
+    found: type = getattr(importlib.import_module(module), name)
+    return found
+
+
+def collector(target: list[Any], kind_name: str) -> Callable[[Any], None]:
+    """Return a ``register`` callback that appends objects of a kind to ``target``."""
+    kind = contract(kind_name)
 
     def register(obj: Any) -> None:
         if not isinstance(obj, kind):
@@ -24,6 +46,8 @@ def collector(target: list[Any], kind: type) -> Callable[[Any], None]:
 
 def engine_id(engine: InferenceEngine) -> str:
     """Return an engine's id; raise ``TypeError``/``ValueError`` for a bad registration."""
+    from roder_api.inference import InferenceEngine
+
     if not isinstance(engine, InferenceEngine):
         raise TypeError(f"expected an InferenceEngine, got {type(engine).__name__}")
     if not isinstance(engine.id, str) or not engine.id:
@@ -33,6 +57,8 @@ def engine_id(engine: InferenceEngine) -> str:
 
 def tool_name(tool: Tool) -> str:
     """Return a tool's checked name; raise ``TypeError`` for a non-tool."""
+    from roder_api.tools import Tool, check_tool_name
+
     if not isinstance(tool, Tool):
         raise TypeError(f"expected a Tool, got {type(tool).__name__}")
     return check_tool_name(tool.name)
@@ -40,6 +66,8 @@ def tool_name(tool: Tool) -> str:
 
 def factory_id(factory: ThreadStoreFactory) -> str:
     """Return a store factory's id; raise ``TypeError``/``ValueError`` for a bad one."""
+    from roder_api.threads import ThreadStoreFactory
+
     if not isinstance(factory, ThreadStoreFactory):
         raise TypeError(f"expected a ThreadStoreFactory, got {type(factory).__name__}")
     if not isinstance(factory.id, str) or not factory.id:

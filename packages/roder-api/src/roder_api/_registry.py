@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roder_api import _lazy
 from roder_api.commands import Command
@@ -20,10 +20,12 @@ from roder_api.errors import (
     UnknownThreadStoreError,
     UnknownToolError,
 )
-from roder_api.inference import InferenceEngine
-from roder_api.observers import Observer
-from roder_api.threads import ThreadStoreFactory
-from roder_api.tools import Tool
+
+if TYPE_CHECKING:  # annotations only: a registry of lazy plugins imports no contract module
+    from roder_api.inference import InferenceEngine
+    from roder_api.observers import Observer
+    from roder_api.threads import ThreadStoreFactory
+    from roder_api.tools import Tool
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ import importlib.metadata
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -31,14 +31,16 @@ from roder_api._plugin_loading import (
     load_with_deadline,
     plugin_names_from_env,
 )
-from roder_api._registration import collector, engine_id, factory_id, reason_of, tool_name
+from roder_api._registration import collector, contract, engine_id, factory_id, reason_of, tool_name
 from roder_api._registry import ExtensionRegistry, PluginInfo, lazy_registry
 from roder_api.commands import Command
 from roder_api.errors import DuplicateRegistrationError, PluginSettingsError
-from roder_api.inference import InferenceEngine
-from roder_api.observers import Observer
-from roder_api.threads import ThreadStoreFactory
-from roder_api.tools import Tool
+
+if TYPE_CHECKING:  # imported where used: building a registry of lazy plugins needs none
+    from roder_api.inference import InferenceEngine
+    from roder_api.observers import Observer
+    from roder_api.threads import ThreadStoreFactory
+    from roder_api.tools import Tool
 
 
 class ExtensionRegistryBuilder:
@@ -123,7 +125,7 @@ class ExtensionRegistryBuilder:
 
     def observer(self, observer: Observer) -> ExtensionRegistryBuilder:
         """Register an observer of journaled events (see ``roder_api.observers``)."""
-        if not isinstance(observer, Observer):
+        if not isinstance(observer, contract("observer")):
             raise TypeError(f"not an observer: {type(observer).__name__} has no observe()")
         self._observers.append(observer)
         return self
@@ -333,18 +335,11 @@ class ExtensionRegistryBuilder:
                 misconfigured[str(id)] = reason_of(error, self._locate)
 
         try:
-            self._call(
-                pm, "register_inference_engines", collector(engines, InferenceEngine), report
-            )
-            self._call(
-                pm,
-                "register_thread_store_factories",
-                collector(factories, ThreadStoreFactory),
-                report,
-            )
-            self._call(pm, "register_tools", collector(tools, Tool), report, tools_hook=True)
-            self._call(pm, "register_commands", collector(commands, Command), report)
-            self._call(pm, "register_observers", collector(observers, Observer))
+            self._call(pm, "register_inference_engines", collector(engines, "engine"), report)
+            self._call(pm, "register_thread_store_factories", collector(factories, "store"), report)
+            self._call(pm, "register_tools", collector(tools, "tool"), report, tools_hook=True)
+            self._call(pm, "register_commands", collector(commands, "command"), report)
+            self._call(pm, "register_observers", collector(observers, "observer"))
             # Check every id before committing any, so a plugin registers all or nothing.
             pending: set[str] = set()
             for engine in engines:

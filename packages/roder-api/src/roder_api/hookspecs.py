@@ -10,14 +10,16 @@ arguments arrive as opt-in arguments. Every hook is documented in ``docs/plugin-
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roder_api._markers import hookspec
-from roder_api.commands import Command
-from roder_api.inference import InferenceEngine
-from roder_api.observers import Observer
-from roder_api.threads import ThreadStoreFactory
-from roder_api.tools import Tool
+
+if TYPE_CHECKING:  # annotations only: listing the hooks imports no contract module
+    from roder_api.commands import Command
+    from roder_api.inference import InferenceEngine
+    from roder_api.observers import Observer
+    from roder_api.threads import ThreadStoreFactory
+    from roder_api.tools import Tool
 
 
 @hookspec

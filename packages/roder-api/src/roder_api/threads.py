@@ -4,8 +4,10 @@ A thread is an append-only, per-thread, sequenced journal of events. This module
 public home of the contract a store implements (defined in ``roder_api._thread_contract``,
 so that the store kit can import it without importing this module). What helps a store
 *author* (the blocking-driver facade, the fold of a journal into metadata, cursors, group
-commit, leases) is in :mod:`roder_api.storekit`; the names that lived here before
-(``fold_metadata``, ``BlockingThreadStore``, ``encode_cursor``, ...) are re-exported here.
+commit, leases) is in :mod:`roder_api.storekit`, their one home; the names that lived here
+before (``fold_metadata``, ``BlockingThreadStore``, ``encode_cursor``, ...) still import
+from here, as aliases left out of ``__all__``. ``UNSET`` (the marker of an argument not
+given, in the contract's signatures) is at home here.
 """
 
 from __future__ import annotations
@@ -27,29 +29,29 @@ from roder_api._thread_contract import (
     ThreadStore,
     ThreadStoreFactory,
     Turn,
-    TurnFold,
     validate_thread_id,
 )
 from roder_api.events import JournalEvent as JournalEvent
 from roder_api.inference import TokenUsage as TokenUsage
-from roder_api.storekit import (
-    BlockingThreadStore,
-    check_consecutive,
-    check_expected,
-    decode_cursor,
-    encode_cursor,
-    fold_metadata,
-    last_boundary_sequence,
-    listing_key,
-    metadata_changes,
-    replay_start,
-    turns_from_events,
-    validate_expected,
-)
+
+# The store kit's names that lived here before, still importable from here (their home,
+# where they are listed and documented, is roder_api.storekit).
+from roder_api.storekit import BlockingThreadStore as BlockingThreadStore
+from roder_api.storekit import TurnFold as TurnFold
+from roder_api.storekit import check_consecutive as check_consecutive
+from roder_api.storekit import check_expected as check_expected
+from roder_api.storekit import decode_cursor as decode_cursor
+from roder_api.storekit import encode_cursor as encode_cursor
+from roder_api.storekit import fold_metadata as fold_metadata
+from roder_api.storekit import last_boundary_sequence as last_boundary_sequence
+from roder_api.storekit import listing_key as listing_key
+from roder_api.storekit import metadata_changes as metadata_changes
+from roder_api.storekit import replay_start as replay_start
+from roder_api.storekit import turns_from_events as turns_from_events
+from roder_api.storekit import validate_expected as validate_expected
 from roder_api.transcript import TranscriptItem as TranscriptItem
 
 __all__ = [
-    "BlockingThreadStore",
     "EventPage",
     "LeaseHolder",
     "THREAD_ID_PATTERN",
@@ -60,18 +62,6 @@ __all__ = [
     "ThreadStore",
     "ThreadStoreFactory",
     "Turn",
-    "TurnFold",
     "UNSET",
-    "check_consecutive",
-    "check_expected",
-    "decode_cursor",
-    "encode_cursor",
-    "fold_metadata",
-    "last_boundary_sequence",
-    "listing_key",
-    "metadata_changes",
-    "replay_start",
-    "turns_from_events",
-    "validate_expected",
     "validate_thread_id",
 ]

@@ -15,7 +15,8 @@ from roder_anthropic._engine import (
     AnthropicEngine,
     anthropic_tool,
 )
-from roder_anthropic._errors import failure_for_status, redact, retry_after_seconds
+from roder_anthropic._errors import failure_for_status, retry_after_seconds
+from roder_anthropic._errors import redact as redact  # roder_api.enginekit.redact
 from roder_anthropic._replay import anthropic_messages
 from roder_anthropic._settings import (
     ANTHROPIC_BASE_URL,
@@ -26,7 +27,11 @@ from roder_anthropic._settings import (
     AnthropicSettingsError,
 )
 from roder_anthropic._stream import HANDLED_EVENTS, MessageStreamState, anthropic_usage
-from roder_api.enginekit import ServerSentEvent, SSEDecoder, aiter_sse
+
+# The engine kit's names, still importable from here (their home is roder_api.enginekit).
+from roder_api.enginekit import ServerSentEvent as ServerSentEvent
+from roder_api.enginekit import SSEDecoder as SSEDecoder
+from roder_api.enginekit import aiter_sse as aiter_sse
 
 __version__ = "0.1.0"
 
@@ -41,15 +46,11 @@ __all__ = [
     "HANDLED_EVENTS",
     "IN_TURN_COMPACTION_BETA",
     "MessageStreamState",
-    "SSEDecoder",
     "STANDALONE_COMPACTION_BETA",
-    "ServerSentEvent",
     "__version__",
-    "aiter_sse",
     "anthropic_messages",
     "anthropic_tool",
     "anthropic_usage",
     "failure_for_status",
-    "redact",
     "retry_after_seconds",
 ]

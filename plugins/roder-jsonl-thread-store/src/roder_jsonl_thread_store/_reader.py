@@ -26,14 +26,8 @@ import orjson
 from roder_api.codec import from_dict, loads_json
 from roder_api.errors import StoreError, ThreadNotFoundError
 from roder_api.events import JournalEvent
-from roder_api.threads import (
-    EventPage,
-    ThreadMetadata,
-    ThreadPage,
-    ThreadSnapshot,
-    decode_cursor,
-    encode_cursor,
-)
+from roder_api.storekit import decode_cursor, encode_cursor
+from roder_api.threads import EventPage, ThreadMetadata, ThreadPage, ThreadSnapshot
 from roder_jsonl_thread_store._core import StoreCore, damage_error, log, now_ms
 from roder_jsonl_thread_store._format import (
     LINE_END,

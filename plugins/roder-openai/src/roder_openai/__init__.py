@@ -10,9 +10,13 @@ Both take :class:`EngineSettings` (from an ``[engines.<id>]`` table) and an opti
 
 from __future__ import annotations
 
-from roder_api.enginekit import ServerSentEvent, SSEDecoder, aiter_sse
+# The engine kit's names, still importable from here (their home is roder_api.enginekit).
+from roder_api.enginekit import ServerSentEvent as ServerSentEvent
+from roder_api.enginekit import SSEDecoder as SSEDecoder
+from roder_api.enginekit import aiter_sse as aiter_sse
 from roder_openai._chat import ChatStreamState, OpenAIChatEngine, chat_usage
-from roder_openai._http import failure_for_status, redact, retry_after_seconds
+from roder_openai._http import failure_for_status, retry_after_seconds
+from roder_openai._http import redact as redact  # roder_api.enginekit.redact
 from roder_openai._replay import chat_messages, responses_input
 from roder_openai._responses import (
     HANDLED_EVENTS,
@@ -39,14 +43,10 @@ __all__ = [
     "OpenAIResponsesEngine",
     "OpenAISettingsError",
     "ResponsesStreamState",
-    "SSEDecoder",
-    "ServerSentEvent",
     "__version__",
-    "aiter_sse",
     "chat_messages",
     "chat_usage",
     "failure_for_status",
-    "redact",
     "responses_input",
     "responses_usage",
     "retry_after_seconds",

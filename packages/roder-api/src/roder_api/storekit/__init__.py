@@ -35,7 +35,8 @@ from roder_api._store_waits import (
     poll_for_events,
     turn_change,
 )
-from roder_api._thread_contract import UNSET, TurnFold
+from roder_api._thread_contract import UNSET as UNSET  # its home: roder_api.threads
+from roder_api._thread_contract import TurnFold
 from roder_api.storekit._blocking import BlockingThreadStore
 from roder_api.storekit._checks import (
     check_complete,
@@ -89,7 +90,6 @@ __all__ = [
     "TURN_EVENT_TYPES",
     "ThreadRow",
     "TurnFold",
-    "UNSET",
     "WorkerCall",
     "WriteBatch",
     "backfill_open_turns",

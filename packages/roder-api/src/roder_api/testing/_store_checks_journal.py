@@ -19,6 +19,7 @@ from roder_api.events import (
 from roder_api.inference import (
     TokenUsage,
 )
+from roder_api.storekit import turns_from_events
 from roder_api.testing._kit_support import (
     event_bytes,
     make_metadata,
@@ -31,11 +32,7 @@ from roder_api.testing._kit_support import (
     user_item,
 )
 from roder_api.testing._store_kit_base import StoreKitBase
-from roder_api.threads import (
-    ThreadSnapshot,
-    ThreadStore,
-    turns_from_events,
-)
+from roder_api.threads import ThreadSnapshot, ThreadStore
 from roder_api.transcript import (
     AssistantMessage,
     ContextCompaction,

@@ -21,6 +21,7 @@ import anyio.to_thread
 import pytest
 
 from roder_api.errors import InvalidThreadIdError, StoreError, ThreadBusyError
+from roder_api.storekit import turns_from_events
 from roder_api.testing._kit_support import (
     event_bytes,
     make_metadata,
@@ -30,7 +31,7 @@ from roder_api.testing._kit_support import (
     user_item,
 )
 from roder_api.testing._store_kit_base import StoreKitBase
-from roder_api.threads import ThreadSnapshot, ThreadStore, ThreadStoreFactory, turns_from_events
+from roder_api.threads import ThreadSnapshot, ThreadStore, ThreadStoreFactory
 
 
 def _child(

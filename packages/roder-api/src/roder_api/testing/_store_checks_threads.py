@@ -23,6 +23,7 @@ from roder_api.events import (
 from roder_api.inference import (
     TokenUsage,
 )
+from roder_api.storekit import fold_metadata, listing_key, turns_from_events
 from roder_api.testing._kit_support import (
     BAD_THREAD_IDS,
     all_threads,
@@ -37,13 +38,7 @@ from roder_api.testing._kit_support import (
     user_item,
 )
 from roder_api.testing._store_kit_base import StoreKitBase
-from roder_api.threads import (
-    ThreadStore,
-    ThreadStoreFactory,
-    fold_metadata,
-    listing_key,
-    turns_from_events,
-)
+from roder_api.threads import ThreadStore, ThreadStoreFactory
 from roder_api.transcript import (
     AssistantMessage,
 )

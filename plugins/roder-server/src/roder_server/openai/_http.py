@@ -1,6 +1,6 @@
 """What the OpenAI routes share: JSON answers, errors in the OpenAI shape, the tenant.
 
-Private to ``roder_server.openai`` (its modules import these names).
+Private to ``roder_server.openai``: its route modules import these names.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from roder_server.openai._convert import OpenAIError, bad_request, item_json, no
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def _json(body: Any, status: int = 200) -> Response:
+def json_response(body: Any, status: int = 200) -> Response:
+    """Return ``body`` as a JSON response with ``status``."""
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
@@ -28,37 +29,43 @@ def _error(status: int, message: str, kind: str) -> OpenAIError:
     return OpenAIError(status, message, kind=kind)
 
 
-def _openai(endpoint: Endpoint) -> Endpoint:
+def openai_errors(endpoint: Endpoint) -> Endpoint:
     """Answer every failure of ``endpoint`` in the OpenAI error shape."""
 
     async def handle(request: Request) -> Response:
         try:
             return await endpoint(request)
         except OpenAIError as exc:
-            return _json(exc.body(), exc.status)
+            return json_response(exc.body(), exc.status)
         except ThreadNotFoundError as exc:
-            return _json(not_found(str(exc)).body(), 404)
+            return json_response(not_found(str(exc)).body(), 404)
         except (RoderError, ValueError) as exc:
             status = getattr(exc, "status", None)
             if isinstance(status, int) and 400 <= status < 600:  # the core's Problem
                 kind = "invalid_request_error" if status < 500 else "server_error"
-                return _json(_error(status, str(getattr(exc, "detail", exc)), kind).body(), status)
-            return _json(bad_request(str(exc)).body(), 400)
+                return json_response(
+                    _error(status, str(getattr(exc, "detail", exc)), kind).body(), status
+                )
+            return json_response(bad_request(str(exc)).body(), 400)
         except Exception as exc:  # noqa: BLE001 - the core's Problem and the rest
             status = getattr(exc, "status", None)
             if isinstance(status, int) and 400 <= status < 600:
                 kind = "invalid_request_error" if status < 500 else "server_error"
-                return _json(_error(status, str(getattr(exc, "detail", exc)), kind).body(), status)
+                return json_response(
+                    _error(status, str(getattr(exc, "detail", exc)), kind).body(), status
+                )
             raise
 
     return handle
 
 
-def _tenant(request: Request) -> Any:
+def tenant_of(request: Request) -> Any:
+    """Return the tenant (the server's view for this request's caller)."""
     return request.app.state.server.for_request(request)
 
 
-async def _body(request: Request) -> dict[str, Any]:
+async def read_body(request: Request) -> dict[str, Any]:
+    """Return the request's JSON object body (an OpenAI-shaped 400 when it is not one)."""
     raw = await request.body()
     try:
         data = orjson.loads(raw) if raw else {}
@@ -69,7 +76,8 @@ async def _body(request: Request) -> dict[str, Any]:
     return data
 
 
-def _conversation_id(value: Any) -> str:
+def conversation_id(value: Any) -> str:
+    """Return a conversation (its id, or an object with an ``id``) as a checked thread id."""
     if isinstance(value, Mapping):
         value = value.get("id")
     try:
@@ -80,7 +88,8 @@ def _conversation_id(value: Any) -> str:
         ) from None
 
 
-def _items_of(entries: list[JournalEvent], turn_id: str | None) -> list[dict[str, Any]]:
+def items_of(entries: list[JournalEvent], turn_id: str | None) -> list[dict[str, Any]]:
+    """Return the items completed in ``entries`` (of one turn, if given) as OpenAI items."""
     out: list[dict[str, Any]] = []
     for entry in entries:
         event = entry.event
@@ -94,7 +103,8 @@ def _items_of(entries: list[JournalEvent], turn_id: str | None) -> list[dict[str
     return out
 
 
-def _list(data: list[dict[str, Any]]) -> dict[str, Any]:
+def list_page(data: list[dict[str, Any]]) -> dict[str, Any]:
+    """Return ``data`` as an OpenAI list object."""
     return {
         "object": "list",
         "data": data,

@@ -44,13 +44,13 @@ from roder_server.openai._convert import (
     split_model,
 )
 from roder_server.openai._http import (
-    _body,
-    _conversation_id,
-    _items_of,
-    _json,
-    _list,
-    _openai,
-    _tenant,
+    conversation_id,
+    items_of,
+    json_response,
+    list_page,
+    openai_errors,
+    read_body,
+    tenant_of,
 )
 from roder_server.openai._projection import (
     ResponseProjection,
@@ -264,13 +264,13 @@ def _new_turn_id(thread_id: str) -> str:
 
 
 async def create_response(request: Request) -> Response:
-    body = await _body(request)
+    body = await read_body(request)
     unknown = sorted(set(body) - _FIELDS)
     if unknown:
         raise bad_request(f"unknown parameter {unknown[0]!r}", unknown[0])
     if body.get("store") is False:
         raise bad_request("store=false is not supported: every response is a durable turn", "store")
-    tenant = _tenant(request)
+    tenant = tenant_of(request)
     runtime = tenant.runtime
     engines = list(runtime.registry.engines)
     default_engine = runtime.engine(None).id
@@ -297,7 +297,7 @@ async def create_response(request: Request) -> Response:
         thread_id, previous_turn = _thread_of(previous)
         await _params(store, thread_id, previous_turn)  # 404 for an unknown response
     elif conversation is not None:
-        thread_id = _conversation_id(conversation)  # its existence is checked by _start
+        thread_id = conversation_id(conversation)  # its existence is checked by _start
     elif parsed.approvals:
         thread_id = (await runtime.create_thread()).thread_id  # nothing to approve there
     params: dict[str, Any] = {
@@ -350,7 +350,7 @@ async def _answer(
     follow = not body.get("background")
     async for _ in _fold(store, projection, follow=follow):
         pass
-    return _json(projection.response())
+    return json_response(projection.response())
 
 
 def _function_tools(tools: Any) -> tuple[ToolSpec, ...]:
@@ -370,7 +370,7 @@ def _function_tools(tools: Any) -> tuple[ToolSpec, ...]:
 
 async def get_response(request: Request) -> Response:
     thread_id, turn_id = _thread_of(request.path_params["response_id"])
-    store = await _tenant(request).store()
+    store = await tenant_of(request).store()
     projection = _projection(thread_id, turn_id, await _params(store, thread_id, turn_id))
     if request.query_params.get("stream") in ("true", "1"):
         text = request.query_params.get("starting_after") or "-1"
@@ -381,12 +381,12 @@ async def get_response(request: Request) -> Response:
         return _sse(_fold(store, projection, follow=True), starting_after)
     async for _ in _fold(store, projection, follow=False):
         pass
-    return _json(projection.response())
+    return json_response(projection.response())
 
 
 async def cancel_response(request: Request) -> Response:
     thread_id, turn_id = _thread_of(request.path_params["response_id"])
-    tenant = _tenant(request)
+    tenant = tenant_of(request)
     store = await tenant.store()
     projection = _projection(thread_id, turn_id, await _params(store, thread_id, turn_id))
     async for _ in _fold(store, projection, follow=False):
@@ -399,49 +399,57 @@ async def cancel_response(request: Request) -> Response:
         with anyio.move_on_after(10):
             async for _ in _fold(store, projection, follow=True):
                 pass
-    return _json(projection.response())
+    return json_response(projection.response())
 
 
 async def delete_response(request: Request) -> Response:
     resp_id = request.path_params["response_id"]
     thread_id, turn_id = _thread_of(resp_id)
-    store = await _tenant(request).store()
+    store = await tenant_of(request).store()
     await _params(store, thread_id, turn_id)
     await _remember(store, thread_id, turn_id, {"deleted": True})
-    return _json({"id": resp_id, "object": "response.deleted", "deleted": True})
+    return json_response({"id": resp_id, "object": "response.deleted", "deleted": True})
 
 
 async def response_input_items(request: Request) -> Response:
     thread_id, turn_id = _thread_of(request.path_params["response_id"])
-    store = await _tenant(request).store()
+    store = await tenant_of(request).store()
     await _params(store, thread_id, turn_id)
     entries = await store.read_events(thread_id)
-    items = [i for i in _items_of(entries, turn_id) if i.get("role") == "user"]
-    return _json(_list(items))
+    items = [i for i in items_of(entries, turn_id) if i.get("role") == "user"]
+    return json_response(list_page(items))
 
 
 ROUTES = [
-    Route("/v1/responses", _openai(create_response), methods=["POST"]),
-    Route("/v1/responses/{response_id}", _openai(get_response), methods=["GET"]),
-    Route("/v1/responses/{response_id}", _openai(delete_response), methods=["DELETE"]),
-    Route("/v1/responses/{response_id}/cancel", _openai(cancel_response), methods=["POST"]),
+    Route("/v1/responses", openai_errors(create_response), methods=["POST"]),
+    Route("/v1/responses/{response_id}", openai_errors(get_response), methods=["GET"]),
+    Route("/v1/responses/{response_id}", openai_errors(delete_response), methods=["DELETE"]),
+    Route("/v1/responses/{response_id}/cancel", openai_errors(cancel_response), methods=["POST"]),
     Route(
         "/v1/responses/{response_id}/input_items",
-        _openai(response_input_items),
+        openai_errors(response_input_items),
         methods=["GET"],
     ),
-    Route("/v1/conversations", _openai(create_conversation), methods=["POST"]),
-    Route("/v1/conversations/{conversation_id}", _openai(get_conversation), methods=["GET"]),
-    Route("/v1/conversations/{conversation_id}", _openai(update_conversation), methods=["POST"]),
-    Route("/v1/conversations/{conversation_id}", _openai(delete_conversation), methods=["DELETE"]),
+    Route("/v1/conversations", openai_errors(create_conversation), methods=["POST"]),
+    Route("/v1/conversations/{conversation_id}", openai_errors(get_conversation), methods=["GET"]),
     Route(
-        "/v1/conversations/{conversation_id}/items", _openai(conversation_items), methods=["GET"]
+        "/v1/conversations/{conversation_id}", openai_errors(update_conversation), methods=["POST"]
+    ),
+    Route(
+        "/v1/conversations/{conversation_id}",
+        openai_errors(delete_conversation),
+        methods=["DELETE"],
     ),
     Route(
         "/v1/conversations/{conversation_id}/items",
-        _openai(add_conversation_items),
+        openai_errors(conversation_items),
+        methods=["GET"],
+    ),
+    Route(
+        "/v1/conversations/{conversation_id}/items",
+        openai_errors(add_conversation_items),
         methods=["POST"],
     ),
-    Route("/v1/models", _openai(list_models), methods=["GET"]),
+    Route("/v1/models", openai_errors(list_models), methods=["GET"]),
 ]
 """The OpenAI-compatible routes (mounted by ``create_app``)."""
