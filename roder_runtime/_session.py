@@ -385,7 +385,7 @@ class Session(JournalFollowing):
             input_accepted=lambda: queued.accepted,
             announce_input=queued.announce,
             on_input_journaled=queued.journaled.set,
-            **self.tools.driver_options(queued.turn_id, self._sink, queued.resume),
+            options=self.tools.driver_options(queued.turn_id, self._sink, queued.resume),
         )
         self._turn, self._inbox = driver, inbox
         try:

@@ -17,7 +17,7 @@ from roder_runtime._config_sections import ToolsConfig
 from roder_runtime._journal import ThreadJournal
 from roder_runtime._ops import Steer, UserInput
 from roder_runtime._tool_step import ApproveToolCall, PendingToolStep, ToolStep
-from roder_runtime._turn_seams import TurnSink
+from roder_runtime._turn_seams import TurnOptions, TurnSink
 
 
 def offered_tools(
@@ -93,8 +93,8 @@ class SessionTools:
 
     def driver_options(
         self, turn_id: str, sink: TurnSink, resume: PendingToolStep | None
-    ) -> dict[str, Any]:
-        """Return the ``TurnDriver`` arguments for the tools of turn ``turn_id``."""
+    ) -> TurnOptions:
+        """Return the ``TurnDriver`` options for the tools of turn ``turn_id``."""
 
         async def append(events: Sequence[Event]) -> None:
             await sink.record(*events)
@@ -105,13 +105,13 @@ class SessionTools:
             # after them, so they share a sync with the next model step's start.
 
         given = self._client.take(turn_id)
-        return {
-            "tool_step": self.step(turn_id, append, closing=lambda: sink.closing),
-            "resume": resume,
-            "client_tools": given.client_tools,
-            "tool_results": given.tool_results,
-            "instructions": given.instructions,
-        }
+        return TurnOptions(
+            self.step(turn_id, append, closing=lambda: sink.closing),
+            resume,
+            given.client_tools,
+            given.tool_results,
+            given.instructions,
+        )
 
     def step(
         self,

@@ -51,7 +51,6 @@ from roder_api.inference import (
     MessageDelta,
     ReasoningDelta,
     ToolCallCompleted,
-    ToolSpec,
     Usage,
 )
 from roder_api.transcript import (
@@ -59,7 +58,6 @@ from roder_api.transcript import (
     ProviderMetadata,
     Reasoning,
     ToolCallRecord,
-    ToolResultRecord,
     TranscriptItem,
     UserMessage,
 )
@@ -70,7 +68,15 @@ from roder_runtime._client_tools import input_items
 from roder_runtime._inturn import InTurnCompaction, is_boundary
 from roder_runtime._model_call import Attempt, RetryNotice, call_model
 from roder_runtime._tool_step import PendingToolStep, ToolStepLimitError
-from roder_runtime._turn_seams import HeldUsage, Inbox, StepState, ToolRunner, TurnOutcome, TurnSink
+from roder_runtime._turn_seams import (
+    HeldUsage,
+    Inbox,
+    StepState,
+    ToolRunner,
+    TurnOptions,
+    TurnOutcome,
+    TurnSink,
+)
 from roder_runtime._turns import new_id
 
 
@@ -94,26 +100,25 @@ class TurnDriver:
         input_accepted: Callable[[], bool] = lambda: False,
         announce_input: bool = True,
         on_input_journaled: Callable[[], None] = lambda: None,
-        tool_step: ToolRunner | None = None,
-        resume: PendingToolStep | None = None,
-        client_tools: Sequence[ToolSpec] = (),
-        tool_results: Sequence[ToolResultRecord] = (),
-        instructions: str | None = None,
+        options: TurnOptions | None = None,
     ) -> None:
         self.turn_id = turn_id
         self.user_message = UserMessage(text)
-        self.inputs = input_items(text, tool_results)  # the results first, then the text
+        options = options or TurnOptions()
+        self.inputs = input_items(text, options.tool_results)  # the results first, then the text
         self.engine = engine
         self.model = model
         self.catalog = catalog
         self.config = catalog.config
+        instructions = options.instructions
         self.instructions = instructions if instructions is not None else self.config.instructions
         self.sink = sink
         self.journal = sink.journal
         self.inbox = inbox
-        self.tool_step, self.resume = tool_step, resume
-        self.tools = (*(tool_step.specs if tool_step is not None else ()), *client_tools)
-        self.client = frozenset(spec.name for spec in client_tools)
+        self.tool_step, self.resume = options.tool_step, options.resume
+        step_specs = options.tool_step.specs if options.tool_step is not None else ()
+        self.tools = (*step_specs, *options.client_tools)
+        self.client = frozenset(spec.name for spec in options.client_tools)
         self.scope = anyio.CancelScope()
         self.abort_reason: AbortReason | None = None
         self.finished = False

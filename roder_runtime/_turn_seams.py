@@ -1,9 +1,10 @@
 """What the turn driver needs from its session and gives back (its seams, as protocols).
 
 A :class:`TurnSink` records a turn's events, an :class:`Inbox` holds its steering, a
-:class:`ToolRunner` runs its tool steps; a :class:`TurnOutcome` says how it ended and a
-:class:`StepState` what one model step produced so far; :class:`HeldUsage` journals a model
-step's usage with the response's id and finish reason.
+:class:`ToolRunner` runs its tool steps (:class:`TurnOptions` brings it in, typed); a
+:class:`TurnOutcome` says how it ended and a :class:`StepState` what one model step
+produced so far; :class:`HeldUsage` journals a model step's usage with the response's id
+and finish reason.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from roder_api.inference import Completed, TokenUsage, ToolSpec
 from roder_api.transcript import ToolCallRecord, ToolResultRecord, TranscriptItem
 from roder_runtime._journal import Journal
 from roder_runtime._model_call import PreemptSignal, usage_updated
-from roder_runtime._tool_step import CallState
+from roder_runtime._tool_step import CallState, PendingToolStep
 
 
 class TurnSink(Protocol):
@@ -70,8 +71,10 @@ class Inbox(Protocol):
 class ToolRunner(Protocol):
     """Runs one tool step: the calls of a model step, journaling their results in order."""
 
-    specs: Sequence[ToolSpec]
-    """The tools the model is offered."""
+    @property
+    def specs(self) -> Sequence[ToolSpec]:
+        """The tools the model is offered."""
+        ...
 
     left_pending: bool
     """True when a close left calls waiting for approval without results (the turn stays
@@ -85,6 +88,19 @@ class ToolRunner(Protocol):
         """Run ``calls`` (``states``: what the journal knows of each after a restart);
         journal and return their results in the order of the calls."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOptions:
+    """What a turn offers and is given besides its text: its tool step (None: no tools),
+    the tool step a dead session left (``resume``), the caller's client tools, the results
+    of client calls, and instructions for this turn only (None: the configured ones)."""
+
+    tool_step: ToolRunner | None = None
+    resume: PendingToolStep | None = None
+    client_tools: Sequence[ToolSpec] = ()
+    tool_results: Sequence[ToolResultRecord] = ()
+    instructions: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
