@@ -7,9 +7,12 @@ context windows it learned (per catalog, so per runtime), asking an engine's
 
 from __future__ import annotations
 
+import anyio
+
 from roder_api.extension import ExtensionRegistry
 from roder_api.inference import InferenceEngine, InferenceProviderContext
 from roder_runtime._config import RuntimeConfig
+from roder_runtime._journal import DEFAULT_STORE_TIMEOUT_S
 
 DEFAULT_ENGINE = "scripted"
 """The engine used when no ``default_engine`` is configured."""
@@ -44,17 +47,25 @@ class ModelCatalog:
         """Return the context window (tokens) the engine's ``list_models`` gives ``model``.
 
         A model the engine does not list gets the window all its listed models share, if
-        they share one. None when unknown, or when the engine cannot list its models (then
-        it is asked again next time).
+        they share one. None when unknown, or when the engine cannot list its models, or
+        not within the turn's deadline (``turn_timeout_s``, else the store calls' one; a
+        turn's start, which journals its input, waits no longer): then it is asked again
+        next time.
         """
         key = (engine.id, model)
         if key in self._windows:
             return self._windows[key]
         ctx = InferenceProviderContext(settings=dict(self.config.engines.get(engine.id, {})))
-        try:
-            models = await engine.list_models(ctx)
-        except Exception:  # noqa: BLE001 - an engine that cannot list models: no window now
-            return None
+        limit = self.config.turn_timeout_s
+        timeout_s = limit if limit is not None else DEFAULT_STORE_TIMEOUT_S
+        models = None
+        with anyio.move_on_after(timeout_s):
+            try:
+                models = await engine.list_models(ctx)
+            except Exception:  # noqa: BLE001 - an engine that cannot list models: no window now
+                return None
+        if models is None:
+            return None  # too slow to list them: no window now
         windows = {m.context_window for m in models}
         window = next((m.context_window for m in models if m.id == model), None)
         if window is None and len(windows) == 1:

@@ -22,15 +22,7 @@ from roder_api.errors import ToolCallNotOpenError
 from roder_api.inference import ToolSpec
 from roder_api.transcript import ToolCallRecord, ToolResultRecord, TranscriptItem, UserMessage
 from roder_runtime._journal import ThreadJournal
-
-
-@dataclass(frozen=True, slots=True)
-class TurnInput:
-    """What a turn offers beyond the registered tools and answers beyond its text."""
-
-    client_tools: tuple[ToolSpec, ...] = ()
-    tool_results: tuple[ToolResultRecord, ...] = ()
-    instructions: str | None = None
+from roder_runtime._turn_seams import TurnOptions
 
 
 def open_calls(items: Iterable[TranscriptItem]) -> dict[str, ToolCallRecord]:
@@ -91,7 +83,7 @@ def check_client_tools(specs: Sequence[ToolSpec], registered: Iterable[str]) -> 
 class ClientTurns:
     """The client tools and tool results of the inputs a session queued, by turn id."""
 
-    waiting: dict[str, TurnInput] = field(default_factory=dict)
+    waiting: dict[str, TurnOptions] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)  # answered by turns already handed out
 
     def taken(self) -> set[str]:
@@ -117,15 +109,15 @@ class ClientTurns:
         if tool_results:
             calls = open_calls(await journal.replay_history())
             results = paired_results(tool_results, calls, self.taken(), journal.thread_id)
-        self.waiting[turn_id] = TurnInput(tuple(client_tools), results, instructions)
+        self.waiting[turn_id] = TurnOptions(None, None, tuple(client_tools), results, instructions)
         try:
             yield
         except BaseException:
             self.waiting.pop(turn_id, None)
             raise
 
-    def take(self, turn_id: str) -> TurnInput:
+    def take(self, turn_id: str) -> TurnOptions:
         """Return (and forget) what turn ``turn_id`` was given; empty when nothing."""
-        given = self.waiting.pop(turn_id, TurnInput())
+        given = self.waiting.pop(turn_id, TurnOptions())
         self.started.update(r.id for r in given.tool_results)
         return given

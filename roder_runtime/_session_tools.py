@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -104,14 +105,8 @@ class SessionTools:
             # Results need not wait: the recorder persists them before anything recorded
             # after them, so they share a sync with the next model step's start.
 
-        given = self._client.take(turn_id)
-        return TurnOptions(
-            self.step(turn_id, append, closing=lambda: sink.closing),
-            resume,
-            given.client_tools,
-            given.tool_results,
-            given.instructions,
-        )
+        step = self.step(turn_id, append, closing=lambda: sink.closing)
+        return replace(self._client.take(turn_id), tool_step=step, resume=resume)
 
     def step(
         self,

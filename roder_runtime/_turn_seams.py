@@ -122,6 +122,7 @@ class StepState:
     items: list[TranscriptItem] = field(default_factory=list)
     completed: bool = False
     failure: str | None = None
+    preempted: bool = False  # a steer stopped it while it held a staged boundary
 
 
 @dataclass

@@ -22,10 +22,10 @@ from roder_api.events import (
     TurnAborted,
     TurnComplete,
 )
-from roder_api.inference import InferenceProviderContext, ModelDescriptor
+from roder_api.inference import Completed, InferenceProviderContext, MessageDelta, ModelDescriptor
 from roder_api.testing import ScriptedEngine
 from roder_api.threads import ThreadMetadata
-from roder_api.transcript import UserMessage
+from roder_api.transcript import AssistantMessage, ProviderMetadata, UserMessage
 from roder_jsonl_thread_store import JsonlThreadStore, JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig, UserInput
 
@@ -58,8 +58,8 @@ def test_a_turns_end_is_composed_by_one_module() -> None:
 
 
 def test_tool_options_reach_the_driver_as_a_frozen_dataclass(tmp_path: Path) -> None:
-    from roder_runtime._session_tools import SessionTools
     from roder_runtime._config_sections import ToolsConfig
+    from roder_runtime._session_tools import SessionTools
 
     class Sink:
         closing = False
@@ -117,9 +117,7 @@ async def _until_end(session: object, turn_id: str) -> list[JournalEvent]:
 
 
 @pytest.mark.parametrize("native", [False, True])
-async def test_a_turn_reads_its_history_once_and_nothing_more(
-    tmp_path: Path, native: bool
-) -> None:
+async def test_a_turn_reads_its_history_once_and_nothing_more(tmp_path: Path, native: bool) -> None:
     """A turn reads the replay once; no mark (a metadata read) and no event read, on an
     engine without native compaction and (the history's read sequence is the mark) with it."""
     factory = CountingFactory(tmp_path / "threads")
@@ -176,3 +174,26 @@ async def test_input_is_journaled_before_submit_returns_when_the_engine_is_slow(
             await _until_end(session, second)
         journal = [e.event for e in (await runtime.event_page(thread_id, limit=100)).events]
         assert ItemCompleted(second, UserMessage("two")) in journal
+
+
+async def test_an_engine_without_compact_turn_still_compacts_in_a_turn(tmp_path: Path) -> None:
+    """The in-turn flow starts for such an engine when it streams a boundary (no earlier):
+    the boundary commits with its step, before the reply, conditional on the history's read."""
+    item = {"type": "compaction", "id": "cmp_1", "encrypted_content": "state"}
+    boundary = ProviderMetadata({"provider": "t", "output": [item], "compacted_input": [item]})
+    engine = ScriptedEngine(
+        native_compaction=False, turns=[[boundary, MessageDelta("compacted"), Completed()]]
+    )
+    assert not engine.supports_native_compaction
+    builder = ExtensionRegistryBuilder()
+    builder.inference_engine(engine)
+    builder.thread_store_factory(JsonlThreadStoreFactory(tmp_path / "threads"))
+    async with Runtime(builder.build()) as runtime:
+        thread_id = (await runtime.create_thread()).thread_id
+        assert await runtime.run_turn(thread_id, "go") == "compacted"
+        events = [e.event for e in (await runtime.event_page(thread_id, limit=100)).events]
+        kinds = [type(e).__name__ for e in events]
+        committed = kinds.index("CompactionCommitted")
+        assert events[committed - 1] == ItemCompleted(events[committed].turn_id, boundary)  # type: ignore[attr-defined]
+        assert kinds[committed + 1 :] == ["ItemCompleted", "TurnComplete"]
+        assert await runtime.replay_history(thread_id) == [boundary, AssistantMessage("compacted")]
