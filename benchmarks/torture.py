@@ -106,7 +106,7 @@ def crash_modes() -> list[str]:
     modes.append("session" if hasattr(Runtime, "start_session") else "turn")
     if hasattr(Runtime, "compact_with_provider"):
         modes.append("compact")
-    if importlib.util.find_spec("roder_runtime._inturn") is not None:
+    if importlib.util.find_spec("roder_runtime.turn._inturn") is not None:
         modes.append("inturn")  # in-turn native compaction, staged with its model step
     return modes
 

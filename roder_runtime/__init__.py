@@ -1,24 +1,28 @@
 """The Roder runtime: sessions, turns, the recorder, compaction, retries, config and the CLI.
 
-Machinery lives in private ``_*.py`` modules; the public names are re-exported here.
+Machinery lives in private modules of subpackages grouped by lifecycle (each package's
+docstring says what it owns and may import; docs/architecture.md draws the rooms); the
+public names are re-exported here. The Runtime's own module sits above the sessions:
+
+_runtime may import: config, store, model, tools, compaction, session.
 """
 
 from __future__ import annotations
 
 from roder_api import __version__ as _api_version
-from roder_runtime._compaction import CompactionResult
-from roder_runtime._config import RuntimeConfig, default_config_path, load_config, roder_home
-from roder_runtime._config_sections import (
+from roder_runtime._runtime import DEFAULT_ENGINE, Runtime
+from roder_runtime.compaction._compaction import CompactionResult
+from roder_runtime.config._config import RuntimeConfig, default_config_path, load_config, roder_home
+from roder_runtime.config._sections import (
     BudgetConfig,
     CompactionConfig,
     ReliabilityConfig,
     ToolsConfig,
 )
-from roder_runtime._journal import ReplayHistory
-from roder_runtime._ops import Interrupt, Op, Steer, UserInput
-from roder_runtime._runtime import DEFAULT_ENGINE, Runtime
-from roder_runtime._session import Session
-from roder_runtime._tool_step import ApproveToolCall
+from roder_runtime.session._ops import Interrupt, Op, Steer, UserInput
+from roder_runtime.session._session import Session
+from roder_runtime.store._journal import ReplayHistory
+from roder_runtime.tools._tool_step import ApproveToolCall
 
 __version__ = _api_version
 

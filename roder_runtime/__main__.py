@@ -1,5 +1,5 @@
 """``python -m roder_runtime`` runs the ``roder`` command."""
 
-from roder_runtime._cli import run
+from roder_runtime.cli import run
 
 run()

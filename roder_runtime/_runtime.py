@@ -35,25 +35,25 @@ from roder_api.threads import (
 )
 from roder_api.tools import Tool
 from roder_api.transcript import ToolResultRecord, TranscriptItem
-from roder_runtime._catalog import DEFAULT_ENGINE, ModelCatalog
-from roder_runtime._compaction import CompactionResult, compact
-from roder_runtime._config import RuntimeConfig, load_config
-from roder_runtime._config_check import load_registry
-from roder_runtime._estimates import sum_usage_by_purpose
-from roder_runtime._guards import configured_store_factory, open_store
-from roder_runtime._journal import (
+from roder_runtime.compaction._compaction import CompactionResult, compact
+from roder_runtime.compaction._estimates import sum_usage_by_purpose
+from roder_runtime.config._check import load_registry
+from roder_runtime.config._config import RuntimeConfig, load_config
+from roder_runtime.model._call import PreemptSignal
+from roder_runtime.model._catalog import DEFAULT_ENGINE, ModelCatalog
+from roder_runtime.model._ids import new_id
+from roder_runtime.session._ops import SessionStart, UserInput
+from roder_runtime.session._session import Session
+from roder_runtime.session._tools import SessionTools, offered_tools
+from roder_runtime.store._guards import configured_store_factory, open_store
+from roder_runtime.store._journal import (
     DEFAULT_STORE_TIMEOUT_S,
     ReplayHistory,
     ThreadJournal,
     bounded_call,
     store_label,
 )
-from roder_runtime._model_call import PreemptSignal
-from roder_runtime._observers import ObserverHub
-from roder_runtime._ops import SessionStart, UserInput
-from roder_runtime._session import Session
-from roder_runtime._session_tools import SessionTools, offered_tools
-from roder_runtime._turns import new_id
+from roder_runtime.store._observers import ObserverHub
 
 __all__ = ["DEFAULT_ENGINE", "Emit", "Runtime", "load_registry"]
 

@@ -30,8 +30,8 @@ from roder_api.testing import Delay, Raise, Script, ScriptedEngine, ScriptStep
 from roder_api.transcript import ProviderMetadata
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import ReliabilityConfig, Runtime, RuntimeConfig
-from roder_runtime._compaction import compact
-from roder_runtime._journal import ThreadJournal
+from roder_runtime.compaction._compaction import compact
+from roder_runtime.store._journal import ThreadJournal
 
 USAGE = TokenUsage(30, 10, 40)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from roder_runtime._cli import build_parser
-from roder_runtime._cli._docs import render
+from roder_runtime.cli import build_parser
+from roder_runtime.cli._docs import render
 
 from .conftest import REPO
 

@@ -14,8 +14,8 @@ from roder_api.events import ItemCompleted
 from roder_api.threads import ThreadMetadata
 from roder_api.transcript import UserMessage
 from roder_runtime import Runtime
-from roder_runtime._cli._common import CommandError
-from roder_runtime._cli._threads_manage import fork_thread
+from roder_runtime.cli._common import CommandError
+from roder_runtime.cli._threads_manage import fork_thread
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,4 @@
-"""The CLI is a client: no module of ``roder_runtime/_cli`` calls a thread store itself.
+"""The CLI is a client: no module of ``roder_runtime/cli`` calls a thread store itself.
 
 Commands parse, call the Runtime or ``roder_runtime.threads`` (whose store calls are
 bounded by the runtime's deadline), and print. An AST scan finds what would go around
@@ -78,7 +78,7 @@ def test_the_scan_finds_store_calls() -> None:
 
 
 def test_no_cli_module_calls_the_store_around_the_runtime() -> None:
-    modules = sorted((REPO / "roder_runtime" / "_cli").glob("*.py"))
+    modules = sorted((REPO / "roder_runtime" / "cli").glob("*.py"))
     assert len(modules) > 10, "the scan found no CLI modules"
     offences = {
         path.name: calls

@@ -12,7 +12,7 @@ import pytest
 from roder_api import ExtensionRegistryBuilder, hookimpl
 from roder_api.commands import Command, CommandContext
 from roder_api.errors import DuplicateRegistrationError
-from roder_runtime._cli import build_parser
+from roder_runtime.cli import build_parser
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:

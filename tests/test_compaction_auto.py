@@ -39,10 +39,10 @@ from roder_api.transcript import (
     UserMessage,
 )
 from roder_runtime import CompactionConfig, Runtime, RuntimeConfig
-from roder_runtime._auto_compaction import auto_compaction_due, maybe_auto_compact
-from roder_runtime._estimates import estimate_transcript_tokens
-from roder_runtime._journal import ThreadJournal
-from roder_runtime._summary import SUMMARY_INSTRUCTIONS
+from roder_runtime.compaction._auto import auto_compaction_due, maybe_auto_compact
+from roder_runtime.compaction._estimates import estimate_transcript_tokens
+from roder_runtime.compaction._summary import SUMMARY_INSTRUCTIONS
+from roder_runtime.store._journal import ThreadJournal
 
 from .conftest import make_runtime
 

@@ -12,7 +12,7 @@ import pytest
 from roder_api.inference import Completed, Failed, TokenUsage, Usage
 from roder_api.testing import ScriptedEngine
 from roder_api.transcript import AssistantMessage, ProviderMetadata, UserMessage
-from roder_runtime._cli._compact import run_compact
+from roder_runtime.cli._compact import run_compact
 
 from ._cli_store import chat_turns
 from .conftest import make_runtime, roder_command
@@ -105,7 +105,7 @@ async def test_roder_compact_reports_a_discard_with_exit_1(
 
 @pytest.mark.anyio
 async def test_roder_compact_on_an_empty_thread_says_so(tmp_path: Path) -> None:
-    from roder_runtime._cli._common import CommandError
+    from roder_runtime.cli._common import CommandError
 
     engine = ScriptedEngine(compactions=[[BOUNDARY, Completed()]])
     async with make_runtime(tmp_path / "threads", engine) as runtime:

@@ -24,7 +24,7 @@ from roder_api.events import (
 from roder_api.inference import Completed, TokenUsage
 from roder_api.testing import Delay, ScriptedEngine
 from roder_api.transcript import UserMessage
-from roder_runtime._recorder import EventRecorder
+from roder_runtime.session._recorder import EventRecorder
 
 from .conftest import make_runtime
 from .test_compaction import BOUNDARY, ORIGINAL, USAGE, journal, seed, signalling

@@ -31,8 +31,8 @@ from roder_api.transcript import (
     UserMessage,
 )
 from roder_runtime import ReliabilityConfig, RuntimeConfig
-from roder_runtime._estimates import estimate_transcript_tokens
-from roder_runtime._summary import (
+from roder_runtime.compaction._estimates import estimate_transcript_tokens
+from roder_runtime.compaction._summary import (
     SUMMARY_INSTRUCTIONS,
     SUMMARY_REQUEST,
     summary_boundary,

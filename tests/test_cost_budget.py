@@ -22,7 +22,7 @@ from roder_api.inference import (
 from roder_api.testing import Raise, ScriptedEngine, tool_call
 from roder_api.tools import tool
 from roder_runtime import BudgetConfig, ReliabilityConfig, RuntimeConfig, load_config
-from roder_runtime._cost import group, price, priced_lines
+from roder_runtime.turn._cost import group, price, priced_lines
 
 from .conftest import make_runtime, roder_command
 from .test_compaction import boundary

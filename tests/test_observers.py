@@ -14,7 +14,7 @@ from roder_api.extension import ExtensionRegistryBuilder
 from roder_api.testing import ScriptedEngine
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig
-from roder_runtime._observers import ObserverHub
+from roder_runtime.store._observers import ObserverHub
 
 pytestmark = [pytest.mark.anyio, pytest.mark.core]
 

@@ -20,7 +20,7 @@ from roder_api.events import (
 )
 from roder_api.threads import ThreadMetadata
 from roder_jsonl_thread_store import JsonlThreadStore
-from roder_runtime._recorder import COALESCE_BYTES, EventRecorder
+from roder_runtime.session._recorder import COALESCE_BYTES, EventRecorder
 
 pytestmark = [pytest.mark.anyio, pytest.mark.core]
 

@@ -8,7 +8,7 @@ from roder_api.errors import ThreadNotFoundError
 from roder_api.threads import ThreadStore
 from roder_jsonl_thread_store import JsonlThreadStore
 from roder_runtime import Runtime
-from roder_runtime._cli._threads_manage import thread_size
+from roder_runtime.cli._threads_manage import thread_size
 
 pytestmark = pytest.mark.anyio
 

@@ -21,7 +21,7 @@ from roder_api.events import (
 from roder_api.tools import ApprovalPolicy, Tool, ToolContext, ToolOutput, tool
 from roder_api.transcript import ToolCallRecord, ToolResultRecord
 from roder_runtime import ToolsConfig
-from roder_runtime._tool_step import (
+from roder_runtime.tools._tool_step import (
     CRASHED_WHILE_RUNNING,
     ApproveToolCall,
     ToolStep,

@@ -58,8 +58,8 @@ def test_a_turns_end_is_composed_by_one_module() -> None:
 
 
 def test_tool_options_reach_the_driver_as_a_frozen_dataclass(tmp_path: Path) -> None:
-    from roder_runtime._config_sections import ToolsConfig
-    from roder_runtime._session_tools import SessionTools
+    from roder_runtime.config._sections import ToolsConfig
+    from roder_runtime.session._tools import SessionTools
 
     class Sink:
         closing = False

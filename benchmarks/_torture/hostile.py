@@ -241,9 +241,9 @@ async def run_hostile(
 
 def fsck_available() -> bool:
     """Return True when this Roder has the ``roder fsck`` command."""
-    from roder_runtime import _cli
+    from roder_runtime import cli
 
-    modules = getattr(_cli, "COMMAND_MODULES", ())
+    modules = getattr(cli, "COMMAND_MODULES", ())
     return any(getattr(m, "__name__", "").endswith("fsck") for m in modules)
 
 

@@ -112,7 +112,7 @@ def _compactions(rng: random.Random) -> Any:
 async def compact_child(job: ChildJob, conn: Connection) -> None:
     """Alternate turns and compactions until killed; acknowledge committed boundaries."""
     from roder_api.errors import CompactionError
-    from roder_runtime._turns import new_id
+    from roder_runtime.model._ids import new_id
 
     rng = random.Random(job.seed)
     acks = Acks(job.ack_path)

@@ -1,1 +1,4 @@
-"""Plugins that ship with Roder and register through the same hooks as third-party ones."""
+"""Plugins that ship with Roder and register through the same hooks as third-party ones.
+
+May import: nothing of roder_runtime.
+"""

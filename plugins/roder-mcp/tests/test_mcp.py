@@ -20,7 +20,7 @@ from roder_api.events import Event
 from roder_api.transcript import ToolCallRecord
 from roder_mcp import McpSettingsError, McpTool, ServerSettings, start_servers, tool_name
 from roder_runtime import ToolsConfig
-from roder_runtime._tool_step import ToolStep
+from roder_runtime.tools._tool_step import ToolStep
 
 SERVER = str(Path(__file__).with_name("mcp_demo_server.py"))
 STDIO = {"command": sys.executable, "args": [SERVER], "timeout_s": 10}

@@ -26,7 +26,7 @@ from roder_api.testing.loopback import files_contain, roder_env, roder_subproces
 from roder_api.transcript import AssistantMessage, ProviderMetadata, Reasoning, UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig
-from roder_runtime._config_sections import ReliabilityConfig
+from roder_runtime.config._sections import ReliabilityConfig
 
 
 def runtime_with(engine: object, threads: Path, **reliability: int) -> Runtime:

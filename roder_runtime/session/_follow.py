@@ -1,0 +1,140 @@
+"""A session's queue entries, its plugin-facing ops, and following its journal.
+
+A process that cannot take a thread's lease (another holds it) still accepts input: it
+journals ``InputAccepted`` without the lease (appends never need it), and approval
+decisions as ``ToolApprovalDecided``. The lease holder's session, started with
+``follow_journal=True``, waits for new events with ``ThreadStore.wait_for_events`` and
+answers that input in journal order, and hands a decision to the call that waits for it.
+:class:`JournalFollowing` is the part of :class:`~roder_runtime.session._session.Session` that
+does it, with the ops plugins call without importing the op classes (``submit_input``,
+``decide_tool_call``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.abc
+
+from roder_api.events import InputAccepted, ToolApprovalDecided
+from roder_api.inference import ToolSpec
+from roder_api.transcript import ToolResultRecord
+from roder_runtime.session._ops import Op, Steer, UserInput
+from roder_runtime.tools._tool_step import ApproveToolCall
+from roder_runtime.turn._edges import SubmittedInput
+
+if TYPE_CHECKING:
+    from roder_runtime.session._recorder import EventRecorder
+    from roder_runtime.session._tools import SessionTools
+    from roder_runtime.store._journal import ThreadJournal
+    from roder_runtime.turn._driver import TurnDriver
+
+_WAIT_S = 5.0
+"""How long one wait for new events lasts (then it is renewed; closing ends it sooner)."""
+_RETRY_S = 1.0
+"""The pause after the store failed to answer, before following again."""
+
+
+class JournalFollowing:
+    """What a session adds for plugins and for following its journal (a mixin)."""
+
+    thread_id: str
+    journal: ThreadJournal
+    recorder: EventRecorder
+    tools: SessionTools
+    _turn: TurnDriver | None
+    _queue: deque[SubmittedInput]
+    _queue_signal: anyio.Event
+    _closing: bool
+
+    def submit(self, op: Op, *, turn_id: str | None = None) -> Awaitable[str | None]:
+        """Submit an op (the session's)."""
+        raise NotImplementedError
+
+    def _init_following(self, follow: bool) -> None:
+        self._follow = follow
+        self._own_turns: set[str] = set()  # the inputs this session queued, by turn id
+        self._follow_scope = anyio.CancelScope()
+
+    async def _follow_mark(self) -> int:
+        return await self.journal.last_sequence() if self._follow else 0
+
+    def _start_following(self, task_group: anyio.abc.TaskGroup, after: int) -> None:
+        if self._follow:
+            task_group.start_soon(self._follow_journal, after)
+
+    @property
+    def idle(self) -> bool:
+        """Return True when no turn runs, none is queued and every event is delivered."""
+        return self._turn is None and not self._queue and self.recorder.held == 0
+
+    async def submit_input(
+        self,
+        text: str,
+        *,
+        turn_id: str | None = None,
+        steer: bool = False,
+        client_tools: Sequence[ToolSpec] = (),
+        tool_results: Sequence[ToolResultRecord] = (),
+        instructions: str | None = None,
+    ) -> str:
+        """Submit ``text`` as a :class:`UserInput` (``steer``: a :class:`Steer`); return the
+        turn id it goes to. For callers that cannot import the op classes (plugins).
+        ``client_tools``, ``tool_results`` and ``instructions`` as for :class:`UserInput`."""
+        op: Op = (
+            Steer(text)
+            if steer
+            else UserInput(text, (*client_tools,), (*tool_results,), instructions)
+        )
+        if turn_id is not None:
+            self._own_turns.add(turn_id)
+        result = await self.submit(op, turn_id=turn_id)
+        assert result is not None  # an input always goes to a turn
+        return result
+
+    def decide_tool_call(self, call_id: str, approved: bool, reason: str | None = None) -> None:
+        """Submit an :class:`ApproveToolCall` decision (for plugins, like ``submit_input``)."""
+        self.tools.decide_call(ApproveToolCall(call_id, approved, reason))
+
+    def take_journaled_input(self, turn_id: str, text: str) -> bool:
+        """Queue an input someone else journaled (``InputAccepted``) as a turn here.
+
+        Return False (doing nothing) when it is this session's already. Another process
+        accepted it without the lease; the lease holder answers it, in order.
+        """
+        if turn_id in self._own_turns or self._closing:
+            return False
+        self._own_turns.add(turn_id)
+        self._queue.append(SubmittedInput(turn_id, text, accepted=True))
+        self._queue_signal.set()
+        return True
+
+    def take_journaled_decision(self, decided: ToolApprovalDecided) -> None:
+        """Hand a decision someone else journaled to the call of this session that waits
+        for it (nothing when none waits: the call was decided here)."""
+        if self.tools.waiting_for(decided.call_id):
+            self.decide_tool_call(decided.call_id, decided.approved, decided.reason)
+
+    async def _follow_journal(self, after: int) -> None:
+        # Until the session closes (it cancels the scope): take what others journaled.
+        journal = self.journal
+        with self._follow_scope:
+            while True:
+                try:
+                    last = await journal.store.wait_for_events(self.thread_id, after, _WAIT_S)
+                    if last <= after:
+                        continue
+                    entries = await journal.read_events(after=after)
+                except Exception:  # noqa: BLE001 - a store hiccup: the turns report their own
+                    await anyio.sleep(_RETRY_S)
+                    continue
+                for entry in entries:
+                    event = entry.event
+                    if isinstance(event, InputAccepted) and not event.steer:
+                        self.take_journaled_input(event.turn_id, event.text)
+                    elif isinstance(event, ToolApprovalDecided):
+                        self.take_journaled_decision(event)
+                    after = entry.sequence

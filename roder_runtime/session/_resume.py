@@ -1,0 +1,155 @@
+"""Resuming a thread: close the turn a dead session left running, find its unanswered input.
+
+A session that died (its process was killed, its task torn down) may leave a turn without
+its end and input it accepted (``InputAccepted``) but never answered. Inputs start turns in
+the order they were accepted, but input queued behind a running turn is accepted *before*
+the turn after it starts: the tail read goes back past the journal's last ``TurnStarted``
+until it has met the acceptance of every turn the thread's metadata says is open
+(``ThreadMetadata.open_turns``), so nothing accepted and not yet started is missed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from roder_api.errors import SequenceConflictError
+from roder_api.events import (
+    AbortReason,
+    AssistantContentDelta,
+    ContentPhase,
+    Event,
+    InputAccepted,
+    ItemCompleted,
+    JournalEvent,
+    ModelStepStarted,
+    TurnAborted,
+    TurnComplete,
+    TurnStarted,
+)
+from roder_api.transcript import AssistantMessage, UserMessage
+from roder_runtime.model._ids import new_id
+from roder_runtime.session._recorder import EventRecorder
+from roder_runtime.store._journal import ThreadJournal
+from roder_runtime.tools._tool_step import PendingToolStep, pending_tool_step
+from roder_runtime.turn._edges import turn_end
+
+_PAGE = 256
+_TRIES = 5
+
+
+async def read_tail(journal: ThreadJournal) -> list[JournalEvent]:
+    """Return the journal's events from its last ``TurnStarted`` on, and further back to the
+    acceptance of each turn the metadata says is open (all when it has none of them).
+
+    An open turn stops being looked for at its ``InputAccepted`` (not a steer), or at its
+    ``TurnStarted`` when its input was journaled in it (a ``UserMessage``): what was
+    accepted before that has started already.
+    """
+    looking = set((await journal.metadata()).open_turns)
+    answered: set[str] = set()
+    found_start = False
+    tail: list[JournalEvent] = []
+    before: int | None = None
+    while True:
+        page = await journal.event_page(before=before, limit=_PAGE)
+        for index in range(len(page.events) - 1, -1, -1):
+            event = page.events[index].event
+            if isinstance(event, TurnStarted):
+                found_start = True
+                if event.turn_id in answered:
+                    looking.discard(event.turn_id)
+            elif isinstance(event, InputAccepted) and not event.steer:
+                looking.discard(event.turn_id)
+            elif isinstance(event, ItemCompleted) and isinstance(event.item, UserMessage):
+                answered.add(event.turn_id)
+            if found_start and not looking:
+                return [*page.events[index:], *tail]
+        tail = [*page.events, *tail]
+        if page.next_before is None:
+            return tail
+        before = page.next_before
+
+
+def leftovers(tail: Sequence[Event]) -> tuple[str | None, list[str], list[tuple[str, str]]]:
+    """Return the open turn of ``tail``, the input it took but never journaled, and the
+    input accepted for later turns and never answered (``(turn_id, text)``)."""
+    starts = [i for i, e in enumerate(tail) if isinstance(e, TurnStarted)]
+    last = tail[starts[-1]].turn_id if starts else None
+    since = tail[starts[-1] :] if starts else []
+    ended = any(isinstance(e, (TurnComplete, TurnAborted)) and e.turn_id == last for e in since)
+    pending: list[InputAccepted] = []
+    for event in tail:
+        if isinstance(event, InputAccepted):
+            pending.append(event)
+        elif isinstance(event, ItemCompleted) and isinstance(event.item, UserMessage):
+            text = event.item.text
+            for index, accepted in enumerate(pending):
+                if accepted.turn_id == event.turn_id and accepted.text == text:
+                    del pending[index]
+                    break
+    mine = [a.text for a in pending if a.turn_id == last]
+    later = [(a.turn_id, a.text) for a in pending if a.turn_id != last]
+    if ended:  # not left by a dead session: run it anew rather than lose it
+        later = [(new_id("turn"), text) for text in mine] + later
+        return None, [], later
+    return last, mine, later
+
+
+def partial_reply(tail: Sequence[Event], turn_id: str) -> str:
+    """Return the reply text the open turn's last model step streamed (and the user saw)
+    but never journaled as an item: what an interrupt would have kept."""
+    step: str | None = None
+    text = ""
+    for event in tail:
+        if getattr(event, "turn_id", None) != turn_id:
+            continue
+        if isinstance(event, ModelStepStarted):
+            step, text = event.model_step_id, ""
+        elif isinstance(event, AssistantContentDelta):
+            if event.model_step_id == step and event.phase is ContentPhase.FINAL_ANSWER:
+                text += event.delta
+        elif isinstance(event, ItemCompleted) and isinstance(event.item, AssistantMessage):
+            text = ""  # the step ended (or its partial text was kept): nothing is left
+    return text
+
+
+Leftover = tuple[str, str, PendingToolStep | None]
+"""``(turn_id, text, resume)``: an input to run as a turn, or (``resume`` set) a turn a dead
+session left in a tool step, to finish."""
+
+
+async def find_leftovers(journal: ThreadJournal, recorder: EventRecorder) -> list[Leftover]:
+    """Close a dead session's open turn (through ``recorder``); return what is left to do.
+
+    An open turn whose last tool step has calls without results is not closed: it comes
+    first, to be resumed (its calls run by the crash rules, then the turn goes on). Any
+    other open turn is closed with the text its last model step streamed kept as an
+    interrupted ``AssistantMessage`` (the interrupt rule), the input it had taken journaled
+    into it, then ``TurnAborted(turn_id, "process_exited")``, by a conditional append on the last
+    sequence read (read again when someone appended meanwhile). Then each input accepted
+    for a later turn and never answered, in order.
+    """
+    for _ in range(_TRIES):
+        tail = await read_tail(journal)
+        open_turn, taken, later = leftovers([e.event for e in tail])
+        pending: list[Leftover] = [(turn_id, text, None) for turn_id, text in later]
+        if open_turn is None:
+            return pending
+        step = pending_tool_step(
+            e.event for e in tail if getattr(e.event, "turn_id", None) == open_turn
+        )
+        if step is not None:
+            # Steering the turn took and never journaled becomes turns of its own.
+            again: list[Leftover] = [(new_id("turn"), t, None) for t in taken]
+            return [(open_turn, "", step), *again, *pending]
+        # A model step streams only after the turn's own input is journaled: with a partial
+        # reply, what it took is steering, kept after it.
+        partial = partial_reply([e.event for e in tail], open_turn)
+        closing = turn_end(open_turn, AbortReason.PROCESS_EXITED, partial=partial, steering=taken)
+        last = tail[-1].sequence if tail else 0
+        try:
+            await recorder.append_now(closing, expected_last_sequence=last)
+        except SequenceConflictError:
+            continue
+        return pending
+    raise SequenceConflictError.conditional(journal.thread_id, last, last + 1)
