@@ -16,8 +16,7 @@ from roder_runtime.config._config import RuntimeConfig
 DEFAULT_ENGINE = "scripted"
 """The engine used when no ``default_engine`` is configured."""
 LIST_MODELS_TIMEOUT_S = 120.0
-"""How long ``list_models`` may take when ``turn_timeout_s`` is not set (one store call's
-deadline: a turn's start, which journals its input, waits no longer)."""
+"""How long ``list_models`` may take when ``turn_timeout_s`` is unset (a turn's start waits)."""
 
 
 class ModelCatalog:
@@ -58,15 +57,11 @@ class ModelCatalog:
             return self._windows[key]
         ctx = InferenceProviderContext(settings=dict(self.config.engines.get(engine.id, {})))
         limit = self.config.turn_timeout_s
-        timeout_s = limit if limit is not None else LIST_MODELS_TIMEOUT_S
-        models = None
-        with anyio.move_on_after(timeout_s):
-            try:
+        try:
+            with anyio.fail_after(LIST_MODELS_TIMEOUT_S if limit is None else limit):
                 models = await engine.list_models(ctx)
-            except Exception:  # noqa: BLE001 - an engine that cannot list models: no window now
-                return None
-        if models is None:
-            return None  # too slow to list them: no window now
+        except Exception:  # noqa: BLE001 - an engine that cannot list models (in time): no window
+            return None
         windows = {m.context_window for m in models}
         window = next((m.context_window for m in models if m.id == model), None)
         if window is None and len(windows) == 1:

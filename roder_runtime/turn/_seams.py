@@ -1,10 +1,9 @@
 """What the turn driver needs from its session and gives back (its seams, as protocols).
 
 A :class:`TurnSink` records a turn's events, an :class:`Inbox` holds its steering, a
-:class:`ToolRunner` runs its tool steps; a
-:class:`TurnOutcome` says how it ended and a :class:`StepState` what one model step
-produced so far; :class:`HeldUsage` journals a model step's usage with the response's id
-and finish reason.
+:class:`ToolRunner` runs its tool steps; a :class:`TurnOutcome` says how it ended and a
+:class:`StepState` what one model step produced so far; :class:`HeldUsage` journals a model
+step's usage with the response's id and finish reason.
 """
 
 from __future__ import annotations
