@@ -1,4 +1,5 @@
-"""The PostgreSQL server the tests use: its DSN, whether it is up, and throwaway schemas."""
+"""The PostgreSQL server the tests use: its DSN, whether it is up, and throwaway schemas; a
+factory of each real store kind (PostgreSQL in such a schema)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,16 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from roder_api.threads import ThreadStoreFactory
+
+STORE_KINDS = ("jsonl", "sqlite", "postgres")
+"""The real stores a test runs on (``store_factory_of``)."""
 
 DEFAULT_TEST_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 """The local server ``scripts/start-services`` starts (trust authentication)."""
@@ -54,3 +63,28 @@ def temporary_schema(prefix: str = "roder_test") -> Iterator[str]:
     finally:
         with psycopg.connect(postgres_test_dsn(), autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@contextmanager
+def store_factory_of(
+    kind: str, tmp_path: Path, schema_prefix: str = "roder_test"
+) -> Iterator[ThreadStoreFactory]:
+    """Yield a factory of an empty store of ``kind`` (one of ``STORE_KINDS``).
+
+    JSONL and SQLite live in ``tmp_path``; PostgreSQL in a throwaway schema (the test is
+    skipped when the server is not reachable).
+    """
+    if kind == "jsonl":
+        from roder_jsonl_thread_store import JsonlThreadStoreFactory
+
+        yield JsonlThreadStoreFactory(base_path=tmp_path / "threads")
+    elif kind == "sqlite":
+        from roder_sqlite_thread_store import SqliteThreadStoreFactory
+
+        yield SqliteThreadStoreFactory(tmp_path / "threads.sqlite3")
+    else:
+        dsn = require_postgres()
+        from roder_postgres_thread_store import PostgresThreadStoreFactory
+
+        with temporary_schema(schema_prefix) as schema:
+            yield PostgresThreadStoreFactory(dsn, schema=schema)

@@ -1,4 +1,5 @@
-"""What the session tests share: a session's events up to a turn's end, their text, the journal."""
+"""What the session tests share: a session's events up to a turn's end, their text, the journal;
+the ``add`` tool the scripted engine calls."""
 
 from __future__ import annotations
 
@@ -14,9 +15,21 @@ from roder_api.events import (
     TurnAborted,
     TurnComplete,
 )
+from roder_api.tools import tool
 from roder_runtime import Runtime, Session
 
 TERMINAL = (TurnComplete, TurnAborted)
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers.
+
+    Args:
+        a: the first
+        b: the second
+    """
+    return a + b
 
 
 async def events_until(

@@ -15,10 +15,12 @@ from roder_api.errors import ToolCallNotOpenError
 from roder_api.events import Event, ItemCompleted, TurnAborted, TurnComplete, TurnStarted
 from roder_api.inference import ToolSpec
 from roder_api.testing import ScriptedEngine
-from roder_api.tools import Tool, tool
+from roder_api.tools import Tool
 from roder_api.transcript import ToolCallRecord, ToolResultRecord, UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig, UserInput
+
+from .session_support import add
 
 pytestmark = pytest.mark.anyio
 
@@ -27,17 +29,6 @@ WEATHER = ToolSpec(
     "Return the weather of a city (the caller runs it).",
     {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 )
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers.
-
-    Args:
-        a: the first
-        b: the second
-    """
-    return a + b
 
 
 def runtime_with(tmp_path: Path, engine: ScriptedEngine, *tools: Tool) -> Runtime:

@@ -17,27 +17,16 @@ from roder_api.threads import ThreadStoreFactory
 from roder_api.transcript import AssistantMessage, UserMessage
 from roder_runtime import Runtime, RuntimeConfig
 
-from .postgres_support import require_postgres, temporary_schema
+from .postgres_support import STORE_KINDS, store_factory_of
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["jsonl", "sqlite", "postgres"])
+@pytest.fixture(params=STORE_KINDS)
 def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ThreadStoreFactory]:
-    if request.param == "jsonl":
-        from roder_jsonl_thread_store import JsonlThreadStoreFactory
-
-        yield JsonlThreadStoreFactory(base_path=tmp_path / "threads")
-    elif request.param == "sqlite":
-        from roder_sqlite_thread_store import SqliteThreadStoreFactory
-
-        yield SqliteThreadStoreFactory(tmp_path / "threads.sqlite3")
-    else:
-        dsn = require_postgres()
-        from roder_postgres_thread_store import PostgresThreadStoreFactory
-
-        with temporary_schema("roder_cmp_read") as schema:
-            yield PostgresThreadStoreFactory(dsn, schema=schema)
+    """Return a factory of each real store kind (PostgreSQL in a throwaway schema)."""
+    with store_factory_of(request.param, tmp_path, "roder_cmp_read") as factory:
+        yield factory
 
 
 @pytest.fixture

@@ -271,6 +271,54 @@ def test_a_typo_in_an_engine_table_is_reported_as_such_and_spares_its_sibling(
     assert run(installed_roder, "threads", "list", env=env).returncode == 0
 
 
+def test_a_lazy_plugins_engine_with_a_wrong_table_is_reported_by_every_command_needing_it(
+    installed_roder: Installed, env: dict[str, str]
+) -> None:
+    # docs/plugin-hooks.md: the openai plugin is lazy (it declares its engine types), so
+    # the instance `local` is found by its `type`; its wrong table is still reported.
+    path = config(
+        env,
+        '[engines.local]\ntype = "openai-chat"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        'modle = "gpt-5-mini"\n',
+    )
+    for words, stdin in (
+        (("prompt", "--engine", "local", "hi"), ""),
+        (("chat", "--engine", "local"), "hi\n"),
+        (("models", "--engine", "local"), ""),
+    ):
+        done = run(installed_roder, *words, env=env, stdin=stdin)
+        assert done.returncode == 1, (words, done.stderr)
+        (line,) = done.stderr.strip().splitlines()
+        assert "'local' (plugin 'openai')" in line and "misconfigured" in line, line
+        assert f"{path}:4" in line and "modle" in line, line
+    assert thread_ids(installed_roder, env) == []  # a command that does not need it works
+
+
+def test_debug_after_any_subcommand_adds_the_traceback_as_before_it(
+    installed_roder: Installed, env: dict[str, str]
+) -> None:
+    # A config file that is not TOML: every one of these commands fails on reading it.
+    config(env, "this is = not toml [\n")
+    for words in (
+        ("threads", "list"),
+        ("config", "show"),
+        ("plugins",),
+        ("serve",),  # a plugin's command
+        ("temporal", "worker"),  # a plugin command's own sub-command
+    ):
+        plain = run(installed_roder, *words, env=env)
+        before = run(installed_roder, "--debug", *words, env=env)
+        after = run(installed_roder, *words, "--debug", env=env)
+        assert plain.returncode == before.returncode == after.returncode == 1, (
+            words,
+            after.stderr,
+        )
+        assert "Traceback" not in plain.stderr, (words, plain.stderr)
+        for debug in (before, after):
+            assert debug.stderr.startswith("Traceback"), (words, debug.stderr)
+            assert debug.stderr.splitlines()[-1] == plain.stderr.strip(), (words, debug.stderr)
+
+
 def test_a_typo_in_the_store_table_is_an_error_with_file_key_and_line(
     installed_roder: Installed, env: dict[str, str]
 ) -> None:

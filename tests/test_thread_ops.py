@@ -22,24 +22,16 @@ from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig, threads
 from roder_sqlite_thread_store import SqliteThreadStoreFactory
 
-from .postgres_support import require_postgres, temporary_schema
+from .postgres_support import STORE_KINDS, store_factory_of
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["jsonl", "sqlite", "postgres"])
+@pytest.fixture(params=STORE_KINDS)
 def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ThreadStoreFactory]:
     """Return a factory of each real store kind (PostgreSQL in a throwaway schema)."""
-    if request.param == "jsonl":
-        yield JsonlThreadStoreFactory(base_path=tmp_path / "threads")
-    elif request.param == "sqlite":
-        yield SqliteThreadStoreFactory(tmp_path / "threads.sqlite3")
-    else:
-        dsn = require_postgres()
-        from roder_postgres_thread_store import PostgresThreadStoreFactory
-
-        with temporary_schema() as schema:
-            yield PostgresThreadStoreFactory(dsn, schema=schema)
+    with store_factory_of(request.param, tmp_path) as factory:
+        yield factory
 
 
 def runtime_on(factory: ThreadStoreFactory, config: RuntimeConfig | None = None) -> Runtime:

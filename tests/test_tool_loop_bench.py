@@ -6,27 +6,26 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 from .conftest import REPO
 
 
-def test_tool_loop_workload_reports_overhead_next_to_the_appends() -> None:
+def turn_bench(*args: str, env: dict[str, str] | None = None) -> Any:
+    """Run benchmarks/turn_bench.py ``--quick --json`` with ``args``; return its report."""
     result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "turn_bench.py"),
-            "--tools",
-            "--quick",
-            "--json",
-            "--steps",
-            "5",
-        ],
+        [sys.executable, str(REPO / "benchmarks" / "turn_bench.py"), *args, "--quick", "--json"],
         capture_output=True,
         text=True,
         timeout=120,
+        env=env,
     )
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
+    return json.loads(result.stdout)
+
+
+def test_tool_loop_workload_reports_overhead_next_to_the_appends() -> None:
+    report = turn_bench("--tools", "--steps", "5")
     assert report["steps"] == 5 and len(report["runs"]) == 1
     assert report["median_ms_per_step"] > 0 and report["raw_append_ms_per_step"] > 0
     assert report["appends_per_step"] >= 1  # every tool step is journaled durably
@@ -36,23 +35,12 @@ def test_tool_loop_workload_reports_overhead_next_to_the_appends() -> None:
 def test_observer_workload_runs_each_case_and_the_export_happens() -> None:
     # The bench itself refuses to report when roder-otel registered an observer while
     # unconfigured, or when the exporting case did not export the turn's two spans.
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "turn_bench.py"),
-            "--observers",
-            "--quick",
-            "--json",
-            "--durability",
-            "none",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    report = turn_bench(
+        "--observers",
+        "--durability",
+        "none",
         env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"},
     )
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
     assert [row["case"] for row in report["rows"]] == [
         "no observer plugin",
         "roder-otel installed, not configured",

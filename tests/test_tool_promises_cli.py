@@ -1,8 +1,9 @@
 """docs/tools.md's promises tried through the ``roder`` command in real processes.
 
 ``roder plugins --json`` reports what the text form reports (a tool name two plugins
-register); a pending approval survives a restart of ``roder chat`` (SIGKILL) and is asked
-again at once, and ending the chat at the question leaves it pending.
+register, or two MCP servers produce); a pending approval survives a restart of ``roder
+chat`` (SIGKILL) and is asked again at once, and ending the chat at the question leaves it
+pending.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
-from .conftest import roder_command
+from .conftest import REPO, roder_command
 from .test_chat_tools import Terminal, tool_plugin_env
 
 CLASHING = {
@@ -85,6 +87,41 @@ def test_plugins_json_reports_the_tool_conflict_the_text_form_reports(
         assert f"plugin '{other}'" in conflict["message"]
     assert plugins["jsonl"]["tool_conflicts"] == []
     assert listed.returncode == text.returncode == 0  # a listing: the problem is in it
+
+
+RAW_MCP_SERVER = REPO / "plugins" / "roder-mcp" / "tests" / "mcp_raw_server.py"
+
+
+def test_plugins_json_reports_an_mcp_tool_name_two_servers_produce(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    # `a` + `x__pid` and `a__x` + `pid` are both `a__x__pid`: neither is used, the rest is.
+    home = Path(cli_env["RODER_HOME"])
+    home.mkdir(parents=True)
+    (home / "config.toml").write_text(
+        "".join(
+            f"[mcp_servers.{name}]\ncommand = {json.dumps(sys.executable)}\n"
+            f"args = {json.dumps([str(RAW_MCP_SERVER), *tools])}\ntimeout_s = 20\n\n"
+            for name, tools in (("a", ["x__pid", "own"]), ("a__x", ["pid"]))
+        )
+    )
+    cli_env["RODER_PLUGINS"] = "jsonl,scripted,mcp"
+    run = [*roder_command(), "plugins"]
+    text = subprocess.run(run, capture_output=True, text=True, env=cli_env, timeout=120)
+    listed = subprocess.run(
+        [*run, "--json"], capture_output=True, text=True, env=cli_env, timeout=120
+    )
+    assert listed.returncode == text.returncode == 0, (text.stderr, listed.stderr)
+    assert "a__x__pid" in listed.stderr  # reported where it always was
+    assert "tool conflict: " in text.stdout and "a__x__pid" in text.stdout, text.stdout
+    mcp = next(p for p in json.loads(listed.stdout) if p["name"] == "mcp")
+    assert "a__own" in mcp["tools"] and mcp["error"] is None
+    (conflict,) = mcp["tool_conflicts"]
+    assert conflict["tool"] == "a__x__pid"
+    first, second = conflict["sources"]
+    assert "server 'a'" in first and "'x__pid'" in first, conflict
+    assert "server 'a__x'" in second and "'pid'" in second, conflict
+    assert "server 'a'" in conflict["message"] and "server 'a__x'" in conflict["message"]
 
 
 def test_a_pending_approval_is_asked_again_at_once_after_a_kill_and_exit_leaves_it_pending(

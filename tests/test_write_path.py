@@ -14,22 +14,12 @@ from roder_api.errors import UnserializableEventError
 from roder_api.events import Event, WarningEvent
 from roder_api.storekit import EncodedEvents, payloads_of
 from roder_api.testing import MemoryThreadStoreFactory, ScriptedEngine
-from roder_api.tools import tool
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig
 
+from .session_support import add
+
 pytestmark = pytest.mark.anyio
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers.
-
-    Args:
-        a: the first
-        b: the second
-    """
-    return a + b
 
 
 def runtime_on(factory: Any) -> Runtime:

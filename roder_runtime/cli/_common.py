@@ -142,18 +142,31 @@ def add_global_flags(parser: argparse.ArgumentParser, *, help: str | None = None
     itself parsed (``default=SUPPRESS``), so a flag before the command is not undone.
     """
     default: Any = argparse.SUPPRESS if help == argparse.SUPPRESS else None
-    parser.add_argument(
-        "--config",
-        metavar="PATH",
-        default=default,
-        help=help or "configuration file (default $RODER_HOME/config.toml)",
-    )
-    parser.add_argument(
-        "--debug",
-        action="store_true",
-        default=default if default is not None else False,
-        help=help or "show tracebacks on errors",
-    )
+    taken = parser._option_string_actions  # a plugin command may have its own
+    if "--config" not in taken:
+        parser.add_argument(
+            "--config",
+            metavar="PATH",
+            default=default,
+            help=help or "configuration file (default $RODER_HOME/config.toml)",
+        )
+    if "--debug" not in taken:
+        parser.add_argument(
+            "--debug",
+            action="store_true",
+            default=default if default is not None else False,
+            help=help or "show tracebacks on errors",
+        )
+
+
+def add_global_flags_below(parser: argparse.ArgumentParser) -> None:
+    """Add the global flags (hidden) to ``parser`` and to every sub-command parser under it
+    (a plugin command and its own sub-commands), where it does not have them already."""
+    add_global_flags(parser, help=argparse.SUPPRESS)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases share a parser
+                add_global_flags_below(sub)
 
 
 _DURATION_UNITS_MS = {

@@ -19,7 +19,7 @@ from roder_api.commands import Command
 from roder_api.errors import PluginLoadError
 from roder_api.extension import ExtensionRegistryBuilder, PluginInfo
 from roder_runtime._runtime import Runtime, load_registry
-from roder_runtime.cli._common import warn_unknown_plugins
+from roder_runtime.cli._common import add_global_flags_below, warn_unknown_plugins
 from roder_runtime.config._config import RuntimeConfig, load_config
 
 
@@ -87,10 +87,12 @@ def register(subparsers: Any, taken: set[str], chosen: str | None = "*") -> None
         )
         if isinstance(command, LazyCommand):
             # Not chosen (never run: argv chose another command) or its plugin failed.
+            add_global_flags_below(parser)
             parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
             parser.set_defaults(handler=functools.partial(_unavailable, command))
             continue
         command.configure(parser)
+        add_global_flags_below(parser)  # `roder serve --debug`, as `roder threads list --debug`
         parser.set_defaults(handler=functools.partial(_run, command))
 
 

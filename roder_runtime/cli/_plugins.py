@@ -9,7 +9,7 @@ import anyio.to_thread
 
 from roder_api.extension import ExtensionRegistry, PluginInfo
 from roder_runtime._runtime import load_registry
-from roder_runtime.cli._common import EXIT_OK, add_json_flag, print_json
+from roder_runtime.cli._common import EXIT_OK, add_global_flags, add_json_flag, print_json
 from roder_runtime.config._config import load_config
 
 
@@ -26,6 +26,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_json_flag(parser)
+    add_global_flags(parser, help=argparse.SUPPRESS)  # `roder plugins --debug` too
     parser.set_defaults(handler=plugins_command)
 
 

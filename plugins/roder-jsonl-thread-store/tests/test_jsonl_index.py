@@ -86,6 +86,9 @@ async def test_a_missing_or_unreadable_index_is_rebuilt_from_the_journals(
     assert [m.thread_id for m in page.threads] == ["r0", "r2", "r1"]
     assert page.threads[0].item_count == 1
     await store.aclose()
+    # Damage is kept for a look: the unreadable file is set aside, never deleted.
+    aside = sorted(p.name for p in factory.base_path.glob("index.sqlite3.bad-*"))
+    assert len(aside) == (damage == "garbage"), aside
 
 
 async def test_a_journal_that_grew_behind_the_index_is_caught_up_by_reading_its_tail(

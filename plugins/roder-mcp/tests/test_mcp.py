@@ -16,6 +16,7 @@ import pytest
 
 import roder_mcp.plugin
 from roder_api import ExtensionRegistryBuilder
+from roder_api.errors import DuplicateRegistrationError
 from roder_api.events import Event
 from roder_api.transcript import ToolCallRecord
 from roder_mcp import McpSettingsError, McpTool, ServerSettings, start_servers, tool_name
@@ -246,7 +247,14 @@ def test_servers_whose_tool_names_clash_are_reported_and_the_others_register(
     registry = builder.build()
     try:
         assert info.error is None, info.error
-        assert "a__x__pid" not in registry.tools and "a__x__pid" not in info.tools
+        assert "a__x__pid" not in registry.tools
+        # Listed as a name two plugins would be: with the tools, as a conflict naming both.
+        assert "a__x__pid" in info.tools and not info.misconfigured
+        conflict = registry.tool_conflicts["a__x__pid"]
+        assert "server 'a'" in conflict.first_source and "'x__pid'" in conflict.first_source
+        assert "server 'a__x'" in conflict.second_source
+        with pytest.raises(DuplicateRegistrationError):
+            registry.tool("a__x__pid")
         assert {"a__own", "good__add", "good__pid"} <= set(registry.tools)
         messages = [r.getMessage() for r in caplog.records]
         clash = [m for m in messages if "a__x__pid" in m]

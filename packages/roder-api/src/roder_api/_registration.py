@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from roder_api.errors import PluginSettingsError
 from roder_api.inference import InferenceEngine
 from roder_api.threads import ThreadStoreFactory
 from roder_api.tools import Tool, check_tool_name
@@ -44,3 +45,19 @@ def factory_id(factory: ThreadStoreFactory) -> str:
     if not isinstance(factory.id, str) or not factory.id:
         raise ValueError(f"thread store factory {factory!r} has no id; set the `id` attribute")
     return factory.id
+
+
+def reason_of(
+    error: BaseException | str, locate: Callable[[str, str | None], str | None] | None
+) -> str:
+    """Return a one-line reason, led by where the bad setting was written (``locate``)."""
+    if isinstance(error, str):
+        return error
+    if isinstance(error, PluginSettingsError):
+        where = error.source
+        if error.line is not None and where is not None:
+            where = f"{where}:{error.line}"
+        if where is None and locate is not None:
+            where = locate(error.settings_id, error.setting)
+        return f"{where}: {error.reason}" if where else error.reason
+    return f"{type(error).__name__}: {error}"

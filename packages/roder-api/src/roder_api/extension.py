@@ -31,7 +31,7 @@ from roder_api._plugin_loading import (
     load_with_deadline,
     plugin_names_from_env,
 )
-from roder_api._registration import collector, engine_id, factory_id, tool_name
+from roder_api._registration import collector, engine_id, factory_id, reason_of, tool_name
 from roder_api._registry import ExtensionRegistry, PluginInfo, lazy_registry
 from roder_api.commands import Command
 from roder_api.errors import DuplicateRegistrationError, PluginSettingsError
@@ -324,9 +324,13 @@ class ExtensionRegistryBuilder:
         observers: list[Observer] = []
         source = f"plugin {name!r}"
         misconfigured: dict[str, str] = {}
+        clashes: dict[str, DuplicateRegistrationError] = {}
 
         def report(id: str, error: BaseException | str) -> None:
-            misconfigured[str(id)] = self._reason(error)
+            if isinstance(error, DuplicateRegistrationError) and error.kind == "tool":
+                clashes[error.id] = error  # a name two of its sources produce (MCP servers)
+            else:
+                misconfigured[str(id)] = reason_of(error, self._locate)
 
         try:
             self._call(
@@ -372,7 +376,7 @@ class ExtensionRegistryBuilder:
                 pending.add(key)
         except PluginSettingsError as exc:
             # Bad settings: the ids the table was for are misconfigured, not unknown.
-            reason = self._reason(exc)
+            reason = reason_of(exc, self._locate)
             misconfigured[exc.settings_id] = reason
             self._note_misconfigured(name, misconfigured)
             return PluginInfo(
@@ -400,6 +404,9 @@ class ExtensionRegistryBuilder:
             # reports it (by both sources) and `roder plugins` shows it.
             with contextlib.suppress(DuplicateRegistrationError):
                 self.tool(tool, source=source)
+        for clash in clashes.values():
+            self._tools.pop(clash.id, None)
+            self._tool_conflicts.setdefault(clash.id, clash)
         self._observers.extend(observers)
         return PluginInfo(
             name,
@@ -408,7 +415,7 @@ class ExtensionRegistryBuilder:
             hook_names,
             tuple(engine_id(e) for e in engines),
             tuple(factory_id(f) for f in factories),
-            tools=tuple(t.name for t in tools),
+            tools=tuple(t.name for t in tools) + tuple(clashes),
             misconfigured=MappingProxyType(dict(misconfigured)),
             observers=len(observers),
             commands=tuple(c.name for c in commands),
@@ -435,19 +442,6 @@ class ExtensionRegistryBuilder:
             caller(register=register, settings=self._settings)
         else:
             caller(register=register, settings=self._settings, misconfigured=misconfigured)
-
-    def _reason(self, error: BaseException | str) -> str:
-        """Return a one-line reason, led by where the bad setting was written."""
-        if isinstance(error, str):
-            return error
-        if isinstance(error, PluginSettingsError):
-            where = error.source
-            if error.line is not None and where is not None:
-                where = f"{where}:{error.line}"
-            if where is None and self._locate is not None:
-                where = self._locate(error.settings_id, error.setting)
-            return f"{where}: {error.reason}" if where else error.reason
-        return f"{type(error).__name__}: {error}"
 
     def _note_misconfigured(self, plugin: str, found: Mapping[str, str]) -> None:
         for id, reason in found.items():

@@ -72,6 +72,10 @@ def register_tools(
     and ``setting`` the dotted key inside it, ``files.comand``) while the rest still
     registers. ``check_only`` (opt-in) is True for ``roder config check``: check the
     settings and report every mistake, but start nothing (no server, no process).
+    ``misconfigured(name, DuplicateRegistrationError("tool", name, first, second))``
+    reports a tool name the plugin leaves out because two of its own sources produce it
+    (two MCP servers): it is listed with the plugin's tools and in
+    ``ExtensionRegistry.tool_conflicts``, like a name two plugins register.
     """
 
 

@@ -87,6 +87,10 @@ class IndexUnavailable(Exception):
     """Raised when the index file cannot be opened or read; the caller rebuilds it."""
 
 
+class IndexOutdated(IndexUnavailable):
+    """Raised when the index file is of an older version: an upgrade, not damage."""
+
+
 class ThreadIndex:
     """The SQLite listing index of one store; safe for many threads and processes."""
 
@@ -124,8 +128,14 @@ class ThreadIndex:
                     )
                     existed = False
                 elif row[0] != str(INDEX_VERSION):
-                    raise IndexUnavailable(f"index version {row[0]} is not {INDEX_VERSION}")
+                    why = f"index version {row[0]} is not {INDEX_VERSION}"
+                    if str(row[0]).isdigit() and int(row[0]) < INDEX_VERSION:
+                        raise IndexOutdated(why)
+                    raise IndexUnavailable(why)
                 db.execute("SELECT count(*) FROM threads WHERE 0").fetchone()
+            except IndexOutdated:
+                db.close()
+                raise
             except (sqlite3.Error, IndexUnavailable) as exc:
                 db.close()
                 raise IndexUnavailable(str(exc)) from exc

@@ -40,7 +40,7 @@ from roder_jsonl_thread_store._format import (
     RECORD_START,
     line_crc,
 )
-from roder_jsonl_thread_store._index import IndexRow, IndexUnavailable
+from roder_jsonl_thread_store._index import IndexOutdated, IndexRow, IndexUnavailable
 from roder_jsonl_thread_store._journal import (
     Damage,
     JournalState,
@@ -75,10 +75,14 @@ class JournalReader:
         with core.ready_lock:
             if core.ready:
                 return
+            outdated: Path | None = None
             if core.may_write():
                 if not core.base_path.exists():
                     core.base_path.mkdir(parents=True, exist_ok=True)
                 try:
+                    core.index.open()
+                except IndexOutdated as exc:
+                    outdated = self.set_index_aside(str(exc), outdated=True)
                     core.index.open()
                 except IndexUnavailable as exc:
                     self.set_index_aside(str(exc))
@@ -88,20 +92,35 @@ class JournalReader:
                 core.index.open_in_memory()
             if core.index.created or core.read_only:
                 self.catch_up()
+                if outdated is not None:
+                    # Rebuilt: the older index is not damage to keep for a look.
+                    for suffix in ("", "-wal", "-shm"):
+                        Path(f"{outdated}{suffix}").unlink(missing_ok=True)
             else:
                 self.check_sessions(force=not HAVE_FLOCK)
             core.ready = True
 
-    def set_index_aside(self, why: str) -> None:
-        """Move a damaged index file aside (it is rebuilt from the journals)."""
+    def set_index_aside(self, why: str, *, outdated: bool = False) -> Path:
+        """Move a damaged (or, ``outdated``, older) index file aside; return where to.
+
+        The index is then rebuilt from the journals. A damaged one is kept
+        (``index.sqlite3.bad-<ms>``) for a look; an older one (``.old-<ms>``) is removed
+        by the caller once the rebuild is done.
+        """
         core = self.core
         core.index.close()
-        aside = core.index_path.with_name(f"index.sqlite3.bad-{now_ms()}")
-        log.warning("the JSONL index %s is unusable (%s); rebuilding it", core.index_path, why)
+        aside = core.index_path.with_name(
+            f"index.sqlite3.{'old' if outdated else 'bad'}-{now_ms()}"
+        )
+        if outdated:
+            log.info("upgrading the JSONL index %s (%s)", core.index_path, why)
+        else:
+            log.warning("the JSONL index %s is unusable (%s); rebuilding it", core.index_path, why)
         for suffix in ("", "-wal", "-shm"):
             source = Path(str(core.index_path) + suffix)
             if source.exists():
                 os.replace(source, Path(str(aside) + suffix))
+        return aside
 
     def check_sessions(self, *, force: bool = False) -> None:
         """Catch the index up when a writer died since it was last checked."""

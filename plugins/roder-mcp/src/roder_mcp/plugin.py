@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from roder_api import hookimpl
+from roder_api.errors import DuplicateRegistrationError
 from roder_api.tools import Tool
 from roder_mcp._settings import McpSettingsError, ServerSettings
 
@@ -17,6 +18,19 @@ if TYPE_CHECKING:
 logger = logging.getLogger("roder_mcp")
 
 
+class ToolNameClash(DuplicateRegistrationError):
+    """A tool name two MCP servers produce (``a`` + ``x__pid`` and ``a__x`` + ``pid`` are
+    both ``a__x__pid``): neither tool is used. ``first_source`` and ``second_source`` name
+    the servers and their tools."""
+
+    def __init__(self, name: str, first: str, second: str) -> None:
+        super().__init__("tool", name, first, second)
+        self.args = (
+            f"MCP tool name {name!r} is produced by {first} and {second}; both are left "
+            "out (rename a server in [mcp_servers])",
+        )
+
+
 def start_servers(
     tables: Mapping[str, Mapping[str, Any]],
 ) -> tuple[list[McpTool], dict[str, str]]:
@@ -24,10 +38,19 @@ def start_servers(
 
     A table that is wrong raises ``McpSettingsError`` (nothing is started). A server that
     does not start is left out, with its reason in the returned mapping (by server name).
+    A tool name two servers produce is left out, reported on the ``roder_mcp`` logger.
     """
+    tools, failures, _ = _start_servers(tables)
+    return tools, failures
+
+
+def _start_servers(
+    tables: Mapping[str, Mapping[str, Any]],
+) -> tuple[list[McpTool], dict[str, str], list[ToolNameClash]]:
+    """``start_servers``, and the tool names two servers produce (left out)."""
     settings = [ServerSettings.from_table(name, table) for name, table in tables.items()]
     if not settings:
-        return [], {}
+        return [], {}, []
     # The mcp SDK is imported only when a server is configured (about a second).
     from roder_mcp._connection import McpServerDown, ServerConnection
     from roder_mcp._tools import McpTool
@@ -36,7 +59,7 @@ def start_servers(
     failures: dict[str, str] = {}
     tools: list[McpTool] = []
     if not connections:
-        return tools, failures
+        return tools, failures, []
     with ThreadPoolExecutor(max_workers=min(8, len(connections))) as pool:
         started = {c.name: pool.submit(c.start) for c in connections}
     for connection in connections:
@@ -59,17 +82,17 @@ def start_servers(
                 continue
             seen.add(tool.name)
             tools.append(tool)
-    kept = _without_clashes(tools)
+    kept, clashes = _without_clashes(tools)
     used = {id(tool.connection) for tool in kept}
     for connection in connections:
         if id(connection) not in used and connection.name not in failures:
             connection.close()  # nothing of it is registered: nobody else would stop it
-    return kept, failures
+    return kept, failures, clashes
 
 
-def _without_clashes(tools: list[McpTool]) -> list[McpTool]:
+def _without_clashes(tools: list[McpTool]) -> tuple[list[McpTool], list[ToolNameClash]]:
     """Return ``tools`` less the names two servers produce (``a`` + ``x__pid`` and ``a__x``
-    + ``pid`` are both ``a__x__pid``), each clash reported naming both servers.
+    + ``pid`` are both ``a__x__pid``), and those clashes, each logged naming both servers.
 
     Neither is kept, as for a name two plugins register: which one the model would call
     cannot be told from the name. Every other tool stays.
@@ -77,18 +100,16 @@ def _without_clashes(tools: list[McpTool]) -> list[McpTool]:
     by_name: dict[str, list[McpTool]] = {}
     for tool in tools:
         by_name.setdefault(tool.name, []).append(tool)
+    clashes: list[ToolNameClash] = []
     for name, same in by_name.items():
         if len(same) > 1:
-            which = " and ".join(
+            first, *others = (
                 f"server {t.connection.name!r} (its tool {t.remote_name!r})" for t in same
             )
-            logger.warning(
-                "MCP tool name %r is produced by %s; both are left out (rename a server "
-                "in [mcp_servers])",
-                name,
-                which,
-            )
-    return [tool for tool in tools if len(by_name[tool.name]) == 1]
+            clash = ToolNameClash(name, first, " and ".join(others))
+            logger.warning("%s", clash)
+            clashes.append(clash)
+    return [tool for tool in tools if len(by_name[tool.name]) == 1], clashes
 
 
 def checked_tables(
@@ -119,14 +140,18 @@ def register_tools(
 
     A wrong table is reported through ``misconfigured`` (its server is not started); a
     server that fails to start is reported (a warning on the ``roder_mcp`` logger) and
-    registers nothing; the other servers' tools still register. ``check_only``: check
-    the tables and start nothing.
+    registers nothing; the other servers' tools still register. A tool name two servers
+    produce is left out and reported through ``misconfigured`` as a ``ToolNameClash``
+    (``roder plugins`` lists it as a tool conflict). ``check_only``: check the tables and
+    start nothing.
     """
     tables = checked_tables(settings.get("mcp_servers") or {}, misconfigured)
     if check_only:
         return
-    tools, failures = start_servers(tables)
+    tools, failures, clashes = _start_servers(tables)
     for reason in failures.values():
         logger.warning("%s; its tools are not available", reason)
     for tool in tools:
         register(tool)
+    for clash in clashes:
+        misconfigured(clash.id, clash)  # listed as a tool conflict, naming both servers

@@ -40,6 +40,7 @@ from roder_api.testing._store_checks_journal import JournalChecks
 from roder_api.testing._store_checks_pending import PendingInputChecks
 from roder_api.testing._store_checks_processes import ProcessChecks
 from roder_api.testing._store_checks_threads import ThreadChecks
+from roder_api.testing._store_checks_upgrade import OpenTurnsUpgradeChecks
 from roder_api.testing._store_checks_wait import WaitChecks
 
 
@@ -68,6 +69,7 @@ class ThreadStoreConformance(
 __all__ = [
     "BAD_THREAD_IDS",
     "InferenceEngineConformance",
+    "OpenTurnsUpgradeChecks",
     "ThreadStoreConformance",
     "event_bytes",
     "make_metadata",
