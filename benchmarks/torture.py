@@ -182,14 +182,20 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 )
             )
     if "serve" in sections and importlib.util.find_spec("roder_server") is not None:
-        # roder serve SIGKILLed during runs and streams, restarted on the same port.
-        progress(
-            await anyio.to_thread.run_sync(
-                lambda: serve.run_serve_trials(
-                    int(plan["serve"]), workdir / "serve", seed=args.seed
+        # roder serve SIGKILLed during runs and streams, restarted on the same port: on
+        # each store (PostgreSQL when it answers).
+        for backend, dsn in serve.serve_backends():
+            progress(
+                await anyio.to_thread.run_sync(
+                    lambda backend=backend, dsn=dsn: serve.run_serve_trials(
+                        int(plan["serve"]),
+                        workdir / "serve",
+                        seed=args.seed,
+                        backend=backend,
+                        dsn=dsn,
+                    )
                 )
             )
-        )
     if "faults" in sections:
         for number, spec in enumerate(specs):
             if spec.backend != "jsonl":

@@ -19,6 +19,7 @@ import random
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ import orjson
 from _torture.stats import KindStats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from _serve_common import ServeProcess  # noqa: E402 - after the path setup
+from _serve_common import ServeProcess, postgres_dsn  # noqa: E402 - after the path setup
 
 _ANSWER_S = 60.0
 """How long accepted runs get to end after the restart."""
@@ -94,11 +95,42 @@ def _journal(client: httpx.Client, thread_id: str) -> list[dict[str, Any]]:
         events.extend(batch)
 
 
-def run_serve_trials(trials: int, workdir: Path, *, seed: int, backend: str = "jsonl") -> KindStats:
-    """Run ``trials`` kill trials against ``roder serve`` on ``backend``; return the counts."""
+SERVE_BACKENDS = ("jsonl", "sqlite", "postgres")
+"""The stores the serve mode runs on (PostgreSQL when it answers)."""
+
+
+def serve_backends() -> list[tuple[str, str]]:
+    """Return ``(backend, dsn)`` for each store the serve mode can run on here (the dsn
+    empty but for PostgreSQL; SQLite when its plugin is installed)."""
+    import importlib.metadata
+
+    installed = {ep.name for ep in importlib.metadata.entry_points(group="roder")}
+    found = [("jsonl", "")]
+    if "sqlite" in installed:
+        found.append(("sqlite", ""))
+    dsn = postgres_dsn() if "postgres" in installed else None
+    if dsn is not None:
+        found.append(("postgres", dsn))
+    return found
+
+
+def run_serve_trials(
+    trials: int, workdir: Path, *, seed: int, backend: str = "jsonl", dsn: str = ""
+) -> KindStats:
+    """Run ``trials`` kill trials against ``roder serve`` on ``backend`` (PostgreSQL: on
+    ``dsn``, in a schema of its own, dropped afterwards); return the counts."""
     stats = KindStats(f"serve / {backend}")
     rng = random.Random(seed)
-    server = ServeProcess(workdir / backend, backend, delta_delay_ms=20)
+    schema = f"roder_torture_serve_{uuid.uuid4().hex[:10]}" if backend == "postgres" else ""
+    server = ServeProcess(workdir / backend, backend, delta_delay_ms=20, dsn=dsn, schema=schema)
+    try:
+        return _trials(server, stats, rng, trials)
+    finally:
+        server.stop()
+        server.drop_schema()
+
+
+def _trials(server: ServeProcess, stats: KindStats, rng: random.Random, trials: int) -> KindStats:
     server.start()
     crash_aborts = 0
     reconnects = 0

@@ -23,7 +23,7 @@ from roder_api.events import InputAccepted, ToolApprovalDecided
 from roder_api.inference import ToolSpec
 from roder_api.transcript import ToolResultRecord
 from roder_runtime.session._ops import Op, Steer, UserInput
-from roder_runtime.tools._tool_step import ApproveToolCall
+from roder_runtime.tools._tool_step import ApproveToolCall, JournaledApproval
 from roder_runtime.turn._edges import SubmittedInput
 
 if TYPE_CHECKING:
@@ -57,6 +57,7 @@ class JournalFollowing:
     def _init_following(self, follow: bool) -> None:
         self._follow = follow
         self._own_turns: set[str] = set()  # the inputs this session queued, by turn id
+        self._followed = 0  # the last sequence the follower read
         self._follow_scope = anyio.CancelScope()
 
     async def _follow_mark(self) -> int:
@@ -64,7 +65,22 @@ class JournalFollowing:
 
     def _start_following(self, task_group: anyio.abc.TaskGroup, after: int) -> None:
         if self._follow:
+            self._followed = after
             task_group.start_soon(self._follow_journal, after)
+
+    async def _take_unread_input(self) -> None:
+        """Queue the input other processes journaled that the follower has not read yet.
+
+        Called before an input would start a turn at once: input accepted elsewhere before
+        it (its ``InputAccepted`` already journaled, its 202 perhaps already answered) goes
+        first, as the follower would have queued it. Taking it twice is harmless
+        (:meth:`take_journaled_input` skips what is this session's already).
+        """
+        if self._follow:
+            for entry in await self.journal.read_events(after=self._followed):
+                event = entry.event
+                if isinstance(event, InputAccepted) and not event.steer:
+                    self.take_journaled_input(event.turn_id, event.text)
 
     @property
     def idle(self) -> bool:
@@ -114,9 +130,12 @@ class JournalFollowing:
 
     def take_journaled_decision(self, decided: ToolApprovalDecided) -> None:
         """Hand a decision someone else journaled to the call of this session that waits
-        for it (nothing when none waits: the call was decided here)."""
+        for it, which does not journal it again (nothing when none waits: the call was
+        decided here)."""
         if self.tools.waiting_for(decided.call_id):
-            self.decide_tool_call(decided.call_id, decided.approved, decided.reason)
+            self.tools.decide_call(
+                JournaledApproval(decided.call_id, decided.approved, decided.reason)
+            )
 
     async def _follow_journal(self, after: int) -> None:
         # Until the session closes (it cancels the scope): take what others journaled.
@@ -137,4 +156,4 @@ class JournalFollowing:
                         self.take_journaled_input(event.turn_id, event.text)
                     elif isinstance(event, ToolApprovalDecided):
                         self.take_journaled_decision(event)
-                    after = entry.sequence
+                    after = self._followed = entry.sequence

@@ -246,6 +246,8 @@ class Session(JournalFollowing):
 
     async def _submit_input(self, text: str, turn_id: str, *, announce: bool) -> str:
         self._check_room()
+        if self._turn is None and not self._queue:
+            await self._take_unread_input()  # accepted elsewhere first: it goes first
         idle = self._turn is None and not self._queue and self.recorder.held == 0
         self._own_turns.add(turn_id)
         # Behind a running turn it is accepted now; else its turn's start journals it at

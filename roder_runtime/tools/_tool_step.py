@@ -67,6 +67,13 @@ class ApproveToolCall:
     reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class JournaledApproval(ApproveToolCall):
+    """A decision another process already journaled (``ToolApprovalDecided``, taken by
+    the lease holder's session from its journal): the call that waits for it takes it
+    without journaling it a second time."""
+
+
 Decide = Callable[[ToolApprovalRequested], Awaitable[ApproveToolCall]]
 """Wait for the user's decision on a call that asks for approval."""
 
@@ -364,7 +371,8 @@ class ToolStep:
                 answer = await self._decide(request)
                 self._asking.discard(call.id)
             decided = ToolApprovalDecided(self.turn_id, call.id, answer.approved, answer.reason)
-            await self._append([decided])
+            if not isinstance(answer, JournaledApproval):  # else it is in the journal already
+                await self._append([decided])
         if decided.approved:
             return None
         why = f": {one_line(decided.reason)}" if decided.reason else ""
@@ -378,6 +386,7 @@ __all__ = [
     "CRASHED_WHILE_RUNNING",
     "CallState",
     "Decide",
+    "JournaledApproval",
     "PendingToolStep",
     "ToolStep",
     "ToolStepLimitError",

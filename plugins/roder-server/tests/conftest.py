@@ -34,7 +34,8 @@ def _postgres_dsn() -> str:
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
-    """Return a function that writes a config for a store and starts ``roder serve`` on it."""
+    """Return a function that writes a config for a store and starts ``roder serve`` on it
+    (``home``: the server's directory; ``store_home``/``schema``: another server's store)."""
     servers: list[Server] = []
     schemas: list[str] = []
     dsn: list[str] = []
@@ -48,6 +49,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
         top: str = "",
         schema: str | None = None,
         home: Path | None = None,
+        store_home: Path | None = None,
     ) -> Server:
         if backend == "postgres":
             if not dsn:
@@ -57,7 +59,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
             schemas.append(schema)
         server = Server(
             home or tmp_path,
-            store_table(backend, home or tmp_path, dsn[0] if dsn else "", schema),
+            store_table(backend, store_home or home or tmp_path, dsn[0] if dsn else "", schema),
             extra_config=extra_config,
             top=top,
             args=args,

@@ -8,11 +8,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
+import tomllib
 
 DEFAULT_TEST_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 RODER = Path(sys.executable).with_name("roder")
@@ -139,10 +141,60 @@ class Server:
         self._close()
         return self.proc.returncode
 
+    def worker_pids(self) -> list[int]:
+        """Return the process ids of the server's workers (``--workers N``: its children;
+        one process: the server itself)."""
+        assert self.proc is not None
+        children = [
+            pid for pid, parent in _parents().items() if parent == self.proc.pid and _is_roder(pid)
+        ]
+        return sorted(children) or [self.proc.pid]
+
+    def lease_holder_pid(self, thread_id: str) -> int | None:
+        """Return the process id that holds the thread's lease now (read from the store:
+        the lease file's holder JSON, or PostgreSQL's ``roder_leases`` row), or None."""
+        table = tomllib.loads(self.config.read_text())["thread_store"]
+        if table["backend"] == "postgres":
+            import psycopg
+            from psycopg import sql
+
+            with psycopg.connect(table["dsn"], autocommit=True) as conn:
+                query = sql.SQL("SELECT pid FROM {}.roder_leases WHERE thread_id = %s").format(
+                    sql.Identifier(table["schema"])
+                )
+                row = conn.execute(query, (thread_id,)).fetchone()
+            return int(row[0]) if row is not None else None
+        path = Path(table["path"])
+        leases = path / "leases" if table["backend"] == "jsonl" else Path(f"{path}.leases")
+        try:
+            data = (leases / f"{thread_id}.lease").read_bytes()
+            return int(orjson.loads(data)["pid"]) if data else None
+        except (OSError, orjson.JSONDecodeError, KeyError):
+            return None
+
     def client(self, token: str | None = None) -> httpx.Client:
         """Return an HTTP client for the server (with a bearer token)."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+
+def _parents() -> dict[int, int]:
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return parents
+
+
+def _is_roder(pid: int) -> bool:
+    try:
+        return b"serve" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def read_sse(response: httpx.Response) -> Iterator[dict[str, Any]]:
@@ -241,3 +293,123 @@ def close_sdk_clients() -> None:
     """Close every client :func:`sdk` made."""
     while SDK_CLIENTS:
         SDK_CLIENTS.pop().close()
+
+
+def wait_for(predicate: Callable[[], object], what: str, timeout_s: float = 60) -> None:
+    """Wait until ``predicate()`` is true (polling); fail naming ``what`` after the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def collect(
+    url: str | Callable[[], str],
+    thread_id: str,
+    got: list[dict[str, Any]],
+    *,
+    stop_after: int | None = None,
+    read_s: float = 30,
+) -> None:
+    """Read a thread's stream (``until=turn_end``) from the last id in ``got`` (its
+    Last-Event-ID) and append each message, until the turn ends, ``stop_after`` messages
+    came, or the connection drops (the caller reconnects by calling again). ``url`` may be
+    a function (a restarted server's new URL)."""
+    base = url() if callable(url) else url
+    headers = {"Last-Event-ID": got[-1]["id"]} if got else {}
+    seen = 0
+    try:
+        with httpx.stream(
+            "GET",
+            f"{base}/v1/threads/{thread_id}/stream",
+            params={"until": "turn_end"},
+            headers=headers,
+            timeout=httpx.Timeout(30, read=read_s),
+        ) as response:
+            assert response.status_code == 200, response.read()
+            for message in read_sse(response):
+                if "id" not in message:
+                    continue
+                got.append(message)
+                seen += 1
+                if stop_after is not None and seen >= stop_after:
+                    return
+    except httpx.HTTPError:
+        return  # the server went away: the caller reconnects
+
+
+def kill_after_events(
+    url: str, thread_id: str, kill: Callable[[], None], *, events: int = 10
+) -> tuple[list[dict[str, Any]], threading.Thread]:
+    """Read the thread's stream in a thread of its own; once ``events`` messages arrived,
+    call ``kill`` (a SIGKILL of the server or worker running the turn). Return the messages
+    read (the reader goes on until the connection drops) and the reader, to join."""
+    got: list[dict[str, Any]] = []
+    reader = threading.Thread(target=collect, args=(url, thread_id, got), daemon=True)
+    reader.start()
+    wait_for(lambda: len(got) >= events, f"{events} streamed events", 60)
+    kill()
+    return got, reader
+
+
+def check_stream(got: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
+    """Assert that the streamed messages are the journal's first events: ids 1, 2, 3...
+    (no gap, duplicate or reorder) and each ``data`` equal to the journaled event."""
+    ids = [int(m["id"]) for m in got]
+    assert ids == list(range(1, len(ids) + 1)), f"gap, duplicate or reorder: {ids}"
+    assert [orjson.loads(m["data"]) for m in got] == events[: len(got)], (
+        "a streamed event differs from the journal"
+    )
+
+
+class StreamReader:
+    """A client that keeps one thread's stream open in a thread of its own: reconnects from
+    the last id it saw (Last-Event-ID) whenever the connection drops, to whatever URL
+    ``url()`` says then (a restarted server listens on a new port), until :meth:`close`."""
+
+    def __init__(self, url: Callable[[], str], thread_id: str) -> None:
+        self.url = url
+        self.thread_id = thread_id
+        self.got: list[dict[str, Any]] = []
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @property
+    def last(self) -> int:
+        """Return the last id read (0: none yet)."""
+        return int(self.got[-1]["id"]) if self.got else 0
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            headers = {"Last-Event-ID": str(self.last)}
+            try:
+                with httpx.stream(
+                    "GET",
+                    f"{self.url()}/v1/threads/{self.thread_id}/stream",
+                    headers=headers,
+                    timeout=httpx.Timeout(10, read=10),
+                ) as response:
+                    if response.status_code != 200:
+                        time.sleep(0.1)
+                        continue
+                    self.connections += 1
+                    for message in read_sse(response):
+                        if self._stop.is_set():
+                            return
+                        if "id" in message:
+                            self.got.append(message)
+            except httpx.HTTPError:
+                time.sleep(0.1)  # the server is down or restarting: reconnect
+
+    def wait_for_sequence(self, sequence: int, timeout_s: float = 60) -> None:
+        """Wait until the reader has read up to ``sequence``."""
+        wait_for(lambda: self.last >= sequence, f"the stream to reach {sequence}", timeout_s)
+
+    def close(self) -> None:
+        """Stop reading (the reader notices at its next message or keepalive)."""
+        self._stop.set()
+        self._thread.join(30)

@@ -4,15 +4,11 @@ disconnects and reconnects 100 times during one run."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
-import orjson
 import pytest
-from serve_support import Server, journal, read_sse, wait_run
+from serve_support import Server, check_stream, collect, journal, kill_after_events, wait_run
 
 pytestmark = pytest.mark.slow
 
@@ -22,36 +18,7 @@ LONG = " ".join(f"w{i}" for i in range(150))  # ~3 s at 20 ms a word
 def _collect(
     server: Server, thread_id: str, got: list[dict[str, Any]], *, stop_after: int | None = None
 ) -> None:
-    """Read the stream from the last id in ``got`` until turn end (or ``stop_after``
-    messages, or the connection drops)."""
-    headers = {"Last-Event-ID": got[-1]["id"]} if got else {}
-    seen = 0
-    try:
-        with httpx.stream(
-            "GET",
-            f"{server.url}/v1/threads/{thread_id}/stream",
-            params={"until": "turn_end"},
-            headers=headers,
-            timeout=httpx.Timeout(30, read=30),
-        ) as response:
-            assert response.status_code == 200, response.read()
-            for message in read_sse(response):
-                if "id" not in message:
-                    continue
-                got.append(message)
-                seen += 1
-                if stop_after is not None and seen >= stop_after:
-                    return
-    except httpx.HTTPError:
-        return  # the server went away: the caller reconnects
-
-
-def _check(got: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
-    ids = [int(m["id"]) for m in got]
-    assert ids == list(range(1, len(ids) + 1)), f"gap, duplicate or reorder: {ids}"
-    assert [orjson.loads(m["data"]) for m in got] == events[: len(got)], (
-        "a streamed event differs from the journal"
-    )
+    collect(server.url, thread_id, got, stop_after=stop_after)
 
 
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite", "postgres"])
@@ -65,14 +32,7 @@ def test_sigkill_mid_run_and_mid_stream_then_resume(
         assert run.status_code == 202
         queued = c.post(f"/v1/threads/{tid}/runs", json={"input": "after", "turn_id": "r2"})
         assert queued.json()["status"] == "queued"
-    got: list[dict[str, Any]] = []
-    reader = threading.Thread(target=_collect, args=(server, tid, got))
-    reader.start()
-    deadline = time.monotonic() + 30
-    while len(got) < 10 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert len(got) >= 10, "the stream did not deliver"
-    server.kill()  # mid-run and mid-stream
+    got, reader = kill_after_events(server.url, tid, server.kill)  # mid-run, mid-stream
     reader.join(30)
     before = len(got)
     server.start()
@@ -86,7 +46,7 @@ def test_sigkill_mid_run_and_mid_stream_then_resume(
         assert got[-1]["event"] == "turn_complete"
         events = journal(c, tid)
     assert len(got) > before
-    _check(got, events)
+    check_stream(got, events)
     assert len(got) == len(events)
 
 
@@ -106,7 +66,7 @@ def test_reconnect_100_times_during_one_run(serve: Callable[..., Server]) -> Non
         assert got[-1]["event"] == "turn_complete"
         assert wait_run(c, tid, "r1")["status"] == "completed"
         events = journal(c, tid)
-    _check(got, events)
+    check_stream(got, events)
     assert len(got) == len(events) >= 100
 
 

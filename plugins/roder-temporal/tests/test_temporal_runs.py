@@ -6,7 +6,6 @@ the stream gap-free for a client that reconnects. Prints the failover time."""
 from __future__ import annotations
 
 import os
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,9 +13,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 import pytest
-from serve_support import DEFAULT_TEST_DSN, Server, drop_schemas, journal, read_sse, wait_run
+from serve_support import (
+    DEFAULT_TEST_DSN,
+    Server,
+    check_stream,
+    collect,
+    drop_schemas,
+    journal,
+    kill_after_events,
+    wait_for,
+    wait_run,
+)
 from serve_support import store_table as store_table_of
 from temporal_support import WorkerProcess, tool_env
 
@@ -36,31 +44,7 @@ def _config(address: str, *, worker: bool, extra: str = "") -> str:
 
 def _collect(url: str, thread_id: str, got: list[dict[str, Any]], stop_after: int = 0) -> None:
     """Read the stream from the last id in ``got`` until turn end (or ``stop_after``)."""
-    headers = {"Last-Event-ID": got[-1]["id"]} if got else {}
-    seen = 0
-    try:
-        with httpx.stream(
-            "GET",
-            f"{url}/v1/threads/{thread_id}/stream",
-            params={"until": "turn_end"},
-            headers=headers,
-            timeout=httpx.Timeout(60, read=60),
-        ) as response:
-            assert response.status_code == 200, response.read()
-            for message in read_sse(response):
-                if "id" in message:
-                    got.append(message)
-                    seen += 1
-                    if stop_after and seen >= stop_after:
-                        return
-    except httpx.HTTPError:
-        return
-
-
-def _check_stream(got: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
-    ids = [int(m["id"]) for m in got]
-    assert ids == list(range(1, len(ids) + 1)), f"gap, duplicate or reorder: {ids}"
-    assert [orjson.loads(m["data"]) for m in got] == events[: len(got)]
+    collect(url, thread_id, got, stop_after=stop_after or None, read_s=60)
 
 
 def test_a_run_through_temporal_completes_and_streams(
@@ -83,7 +67,7 @@ def test_a_run_through_temporal_completes_and_streams(
             _collect(server.url, tid, got)
             assert got[-1]["event"] == "turn_complete"
             assert wait_run(c, tid, turn)["status"] == "completed"
-            _check_stream(got, journal(c, tid))
+            check_stream(got, journal(c, tid))
     finally:
         server.stop()  # (uvicorn re-raises SIGTERM after its graceful shutdown)
 
@@ -102,15 +86,6 @@ def postgres(tmp_path: Path) -> Iterator[tuple[str, str]]:
     schema = f"roder_temporal_{uuid.uuid4().hex[:10]}"
     yield dsn, schema
     drop_schemas(dsn, [schema])
-
-
-def _wait(predicate: Any, what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 CALL = 'call effect {"label": "once"}'
@@ -142,27 +117,32 @@ def test_sigkill_the_worker_running_a_turn_the_other_finishes_it(
             assert c.post(f"/v1/threads/{tid}/runs", json={"input": first, "turn_id": "r1"})
             queued = c.post(f"/v1/threads/{tid}/runs", json={"input": "after", "turn_id": "r2"})
             assert queued.status_code == 202, queued.text
-            got: list[dict[str, Any]] = []
-            reader = threading.Thread(target=_collect, args=(server.url, tid, got))
-            reader.start()
-            _wait(lambda: any(w.answering(tid) for w in workers), "a worker to take the run")
-            if moment == "mid_stream":
-                _wait(lambda: len(got) >= 10, "the stream to deliver")
-            elif moment == "mid_tool":
-                _wait(lambda: effects.read_text().count("\n") == 1, "the tool to start")
-            else:
-                _wait(lambda: _asked(c, tid) == 1, "the approval request")
+            killed_at = 0.0
+
+            def kill_the_holder() -> None:
+                nonlocal killed_at
+                wait_for(lambda: any(w.answering(tid) for w in workers), "a worker to take it")
+                if moment == "mid_tool":
+                    wait_for(lambda: effects.read_text().count("\n") == 1, "the tool to start")
+                elif moment == "at_approval":
+                    wait_for(lambda: _asked(c, tid) == 1, "the approval request")
+                killed_at = time.monotonic()
+                next(w for w in workers if w.answering(tid)).kill()
+
+            # Mid-stream: after 10 streamed events; else at the tool or approval (the
+            # stream has delivered r1's start by then).
+            got, reader = kill_after_events(
+                server.url, tid, kill_the_holder, events=10 if moment == "mid_stream" else 1
+            )
             holder = next(w for w in workers if w.answering(tid))
             other = next(w for w in workers if w is not holder)
-            killed_at = time.monotonic()
-            holder.kill()
             last = journal(c, tid)[-1]["sequence"]  # the dead worker writes no more
-            _wait(lambda: journal(c, tid)[-1]["sequence"] > last, "the other worker", 60)
+            wait_for(lambda: journal(c, tid)[-1]["sequence"] > last, "the other worker", 60)
             failover = time.monotonic() - killed_at
             print(f"\nfailover ({moment}): {failover:.2f} s (heartbeat timeout {HEARTBEAT_S} s)")
-            _wait(lambda: other.answering(tid), "the other worker to say it took the run", 10)
+            wait_for(lambda: other.answering(tid), "the other worker to say it took the run", 10)
             if moment == "at_approval":
-                _wait(lambda: _asked(c, tid) == 2, "the approval to be asked again")
+                wait_for(lambda: _asked(c, tid) == 2, "the approval to be asked again")
                 call_id = _last_asked(c, tid)
                 answer = c.post(f"/v1/threads/{tid}/approvals/{call_id}", json={"approved": True})
                 assert answer.status_code == 202, answer.text
@@ -173,7 +153,7 @@ def test_sigkill_the_worker_running_a_turn_the_other_finishes_it(
             while not got or got[-1]["event"] != "turn_complete" or _ends(got) < 2:
                 _collect(server.url, tid, got)
             events = journal(c, tid)
-        _check_stream(got, events)
+        check_stream(got, events)
         assert len(got) == len(events)
         runs = [e["event"]["turn_id"] for e in events if e["event"]["type"] == "turn_started"]
         assert runs == ["r1", "r2"], "an accepted run was lost or answered twice"

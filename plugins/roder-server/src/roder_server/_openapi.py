@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from roder_api import __version__
+from roder_api.events import EVENT_TYPES
 from roder_server.openai._openapi import openai_paths, openai_schemas
 
 _PROBLEM = {"$ref": "#/components/schemas/Problem"}
@@ -39,6 +40,20 @@ _META = {"$ref": "#/components/schemas/ThreadMetadata"}
 _ITEM = {"$ref": "#/components/schemas/Item"}
 _EVENT = {"$ref": "#/components/schemas/JournalEvent"}
 _USAGE = {"$ref": "#/components/schemas/TokenUsage"}
+_EVENT_TYPES = sorted(kind.TYPE for kind in EVENT_TYPES)
+"""The journal events' ``type`` tags (the codec's wire form)."""
+_SSE_MESSAGE = {
+    "type": "object",
+    "description": "one server-sent event: `id` the journal sequence, `event` the event's type, "
+    "`data` the journal_event JSON (a `retry` and `: keepalive` comments carry no data)",
+    "required": ["id", "event", "data"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^[1-9][0-9]*$"},
+        "event": {"enum": _EVENT_TYPES},
+        "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": _EVENT},
+        "retry": {"type": "integer", "minimum": 0},
+    },
+}
 _ITEM_TYPES = [
     "user_message",
     "assistant_message",
@@ -189,7 +204,8 @@ def openapi_document() -> dict[str, Any]:
                 "responses": {
                     "200": {
                         "description": "server-sent events: id, event, data per journal event",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        # OpenAPI 3.1: the schema of a text/event-stream is one message's.
+                        "content": {"text/event-stream": {"schema": _SSE_MESSAGE}},
                     },
                     **_problems(*_COMMON),
                 },
@@ -307,7 +323,7 @@ def openapi_document() -> dict[str, Any]:
                             "type": "object",
                             "required": ["type"],
                             "properties": {
-                                "type": {"type": "string"},
+                                "type": {"enum": _EVENT_TYPES},
                                 "turn_id": {"type": "string"},
                             },
                         },
