@@ -9,7 +9,12 @@ One workload, next to its baseline measured in the same run (wall time, medians 
   delta. The server is llm-katan's echo backend (no model weights). Through Roder the
   figure includes journaling the input and the first delta before it is streamed (persist
   before deliver), on the JSONL store; "new conversation" also creates a thread per
-  response, "one conversation" continues one thread.
+  response, "one conversation" continues one thread. Each Roder row has its own baseline,
+  measured in turn with it (direct, Roder, direct, ...): "one message" for a new
+  conversation; for one conversation the direct client sends the same whole conversation
+  the engine gets through Roder (every earlier input and reply), so the difference is
+  Roder's and not the prompt's. Every stream is read to its end after the figure is
+  taken (untimed): the next request never queues behind the last one's turn.
 
     python benchmarks/openai_bench.py            # the table
     python benchmarks/openai_bench.py --json out.json
@@ -37,6 +42,7 @@ from typing import Any
 
 import httpx
 import openai
+from openai.types.chat import ChatCompletionChunk
 
 PREFIX = "roder serve: listening on "
 BIN = Path(sys.executable).parent
@@ -103,42 +109,94 @@ def start_roder(home: Path, engine_url: str) -> tuple[subprocess.Popen[str], str
     return proc, url + "/v1"
 
 
-def direct_ttft(client: openai.OpenAI) -> float:
-    """Return seconds to the first content delta of a streamed chat completion."""
+def direct_ttft(client: openai.OpenAI, messages: list[dict[str, str]] | None = None) -> float:
+    """Return seconds to the first content delta of a streamed chat completion.
+
+    ``messages`` is the conversation so far (None: one new message). The stream is read
+    to its end after the figure is taken (untimed), and with ``messages`` the user message
+    and the whole reply are added to it: the next call sends what the engine gets through
+    Roder in a conversation (its history, then the new input).
+
+    The body is the one Roder's ``openai-chat`` engine sends, posted with the SDK's own
+    ``post`` and read with its own ``Stream`` of ``ChatCompletionChunk`` s:
+    ``chat.completions.create`` would first walk every message of the history through
+    the SDK's parameter transform (about a millisecond per turn of history here), a cost
+    of sending the whole conversation from the client that a Roder client never pays,
+    and not the engine's.
+    """
+    sent = [*(messages or ()), {"role": "user", "content": "hello bench"}]
+    body = {
+        "model": "tiny-echo",
+        "messages": sent,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     start = time.perf_counter()
-    stream = client.chat.completions.create(
-        model="tiny-echo", messages=[{"role": "user", "content": "hello bench"}], stream=True
+    first: float | None = None
+    text = ""
+    stream = client.post(
+        "/chat/completions",
+        body=body,
+        cast_to=ChatCompletionChunk,
+        stream=True,
+        stream_cls=openai.Stream[ChatCompletionChunk],
     )
-    try:
+    with stream:
         for chunk in stream:
             if chunk.choices and chunk.choices[0].delta.content:
-                return time.perf_counter() - start
-    finally:
-        stream.close()
-    raise RuntimeError("no content delta")
+                if first is None:
+                    first = time.perf_counter() - start
+                text += chunk.choices[0].delta.content
+    if first is None:
+        raise RuntimeError("no content delta")
+    if messages is not None:
+        messages += [sent[-1], {"role": "assistant", "content": text}]
+    return first
 
 
 def roder_ttft(client: openai.OpenAI, conversation: str | None) -> float:
-    """Return seconds to the first ``response.output_text.delta`` through roder serve."""
+    """Return seconds to the first ``response.output_text.delta`` through roder serve.
+
+    The stream is read to ``response.completed`` after the figure is taken (untimed), so
+    the next response does not queue behind this one's turn.
+    """
     extra: dict[str, Any] = {"conversation": conversation} if conversation else {}
     start = time.perf_counter()
+    first: float | None = None
     stream = client.responses.create(
         model="openai-chat/tiny-echo", input="hello bench", stream=True, **extra
     )
-    try:
+    with stream:
         for event in stream:
-            if event.type == "response.output_text.delta":
-                return time.perf_counter() - start
-    finally:
-        stream.close()
-    raise RuntimeError("no output_text delta")
+            if event.type == "response.output_text.delta" and first is None:
+                first = time.perf_counter() - start
+    if first is None:
+        raise RuntimeError("no output_text delta")
+    return first
 
 
-def measure(run: Callable[[], float], n: int) -> list[float]:
-    """Return ``n`` timings after two warm-up runs."""
-    run()
-    run()
-    return [run() for _ in range(n)]
+def cpu_s(pid: int) -> float:
+    """Return the CPU seconds (user + system) process ``pid`` has used (Linux; else 0)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def alternate(runs: list[Callable[[], float]], n: int) -> list[list[float]]:
+    """Return ``n`` timings of each run, taken in turn after two warm-up rounds, in the
+    order A B, B A, A B, ... (so that neither always goes first): each pair of rows sees
+    the same load and, in a conversation, the same history length."""
+    for _ in range(2):
+        for run in runs:
+            run()
+    times: list[list[float]] = [[] for _ in runs]
+    for round_ in range(n):
+        order = list(enumerate(runs))
+        for index, run in order if round_ % 2 == 0 else order[::-1]:
+            times[index].append(run())
+    return times
 
 
 def summary(name: str, times: list[float]) -> dict[str, Any]:
@@ -152,6 +210,11 @@ def summary(name: str, times: list[float]) -> dict[str, Any]:
     }
 
 
+def _paired_ms(direct: list[float], through: list[float]) -> float:
+    """Return the median of ``through[i] - direct[i]`` (ms)."""
+    return statistics.median(b - a for a, b in zip(direct, through, strict=True)) * 1e3
+
+
 def _met(ok: bool) -> str:
     return "yes" if ok else "no"
 
@@ -163,41 +226,65 @@ def main() -> None:
     args = parser.parse_args()
     n = 10 if args.quick else 100
     katan, engine_url = start_katan()
-    with tempfile.TemporaryDirectory() as tmp:
-        roder, roder_url = start_roder(Path(tmp), engine_url)
-        try:
-            direct = openai.OpenAI(base_url=engine_url, api_key="local", max_retries=0)
-            through = openai.OpenAI(base_url=roder_url, api_key="local", max_retries=0)
-            conversation = through.conversations.create().id
-            rows = [
-                summary(
-                    "O1 direct to the engine's server", measure(lambda: direct_ttft(direct), n)
-                ),
-                summary(
-                    "O1 roder serve, new conversation",
-                    measure(lambda: roder_ttft(through, None), n),
-                ),
-                summary(
-                    "O1 roder serve, one conversation",
-                    measure(lambda: roder_ttft(through, conversation), n),
-                ),
-            ]
-        finally:
-            roder.terminate()
-            roder.wait(20)
-            katan.terminate()
-            katan.wait(10)
-    base = rows[0]["p50_ms"]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            roder, roder_url = start_roder(Path(tmp), engine_url)
+            try:
+                direct = openai.OpenAI(base_url=engine_url, api_key="local", max_retries=0)
+                through = openai.OpenAI(base_url=roder_url, api_key="local", max_retries=0)
+                used = cpu_s(roder.pid)
+                new_direct, new_roder = alternate(
+                    [lambda: direct_ttft(direct), lambda: roder_ttft(through, None)], n
+                )
+                # What the server process spent per response, whole (not only to the first
+                # delta; warm-ups included): a figure the machine's load does not inflate.
+                new_cpu = (cpu_s(roder.pid) - used) / (n + 2) * 1e3
+                # The same conversation both ways: the direct client sends the whole history
+                # the engine gets through Roder (each turn's input and reply), turn for turn.
+                conversation = through.conversations.create().id
+                history: list[dict[str, str]] = []
+                used = cpu_s(roder.pid)
+                runs = [
+                    lambda: direct_ttft(direct, history),
+                    lambda: roder_ttft(through, conversation),
+                ]
+                conv_direct, conv_roder = alternate(runs, n)
+                conv_cpu = (cpu_s(roder.pid) - used) / (n + 2) * 1e3
+                rows = [
+                    summary("O1 direct, one message", new_direct),
+                    summary("O1 roder serve, new conversation", new_roder),
+                    summary("O1 direct, the whole conversation", conv_direct),
+                    summary("O1 roder serve, one conversation", conv_roder),
+                ]
+            finally:
+                roder.terminate()
+                roder.wait(20)
+    finally:  # also when roder serve did not start
+        katan.terminate()
+        katan.wait(10)
+    pairs = [(new_direct, new_roder), (conv_direct, conv_roder)]
     print(f"{'workload (SDK time to first delta)':<40} {'n':>5} {'p50 ms':>8} {'p90 ms':>8} "
-          f"{'added p50':>10} {'target':>8} {'met':>4}")  # fmt: skip
+          f"{'added p50':>10} {'paired':>7} {'target':>8} {'met':>4}")  # fmt: skip
     for index, row in enumerate(rows):
+        base = rows[index - index % 2]["p50_ms"]  # each Roder row against the row before it
         row["added_p50_ms"] = row["p50_ms"] - base
-        target, met = ("-", "-") if index == 0 else ("<= 5", _met(row["added_p50_ms"] <= 5))
+        # The median of the differences of the pairs taken together (same minute, same
+        # history length): less noisy than the difference of the medians.
+        paired = 0.0 if index % 2 == 0 else _paired_ms(*pairs[index // 2])
+        row["added_paired_p50_ms"] = paired
+        target, met = ("-", "-") if index % 2 == 0 else ("<= 5", _met(row["added_p50_ms"] <= 5))
         print(f"{row['workload']:<40} {row['n']:>5} {row['p50_ms']:>8.2f} {row['p90_ms']:>8.2f} "
-              f"{row['added_p50_ms']:>10.2f} {target:>8} {met:>4}")  # fmt: skip
+              f"{row['added_p50_ms']:>10.2f} {paired:>7.2f} {target:>8} {met:>4}")  # fmt: skip
+    rows[1]["server_cpu_ms_per_response"] = new_cpu
+    rows[3]["server_cpu_ms_per_response"] = conv_cpu
+    print(f"roder serve CPU per response (whole): new conversation {new_cpu:.1f} ms, "
+          f"one conversation {conv_cpu:.1f} ms")  # fmt: skip
+    print(f"load average: {os.getloadavg()[0]:.2f}")
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"rows": rows, "quick": args.quick}, out, indent=2)
+            json.dump(
+                {"rows": rows, "quick": args.quick, "load": os.getloadavg()[0]}, out, indent=2
+            )
 
 
 if __name__ == "__main__":

@@ -117,6 +117,7 @@ class ThreadJournal:
         self.thread_id = thread_id
         self.store_name = store_name
         self.timeout_s = timeout_s if timeout_s is not None else DEFAULT_STORE_TIMEOUT_S
+        self._replayed: tuple[list[TranscriptItem], JournalEvent] | None = None
 
     async def bounded(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Return ``await call()``; raise ``StoreError`` naming the store when it is late."""
@@ -154,13 +155,38 @@ class ThreadJournal:
 
     async def replay_history(self) -> ReplayHistory:
         """Return the transcript items from the last compaction boundary on, with the
-        sequence of the last event read (the replay runs to the journal's end)."""
+        sequence of the last event read (the replay runs to the journal's end).
+
+        After the first, a replay reads only the events from the last one it saw on (the
+        journal is append-only and numbered without gaps): whatever anyone appended since
+        is added, a boundary among it starts the history anew, and a journal whose event
+        at that sequence is another (the thread was deleted and made again) is replayed
+        whole. A session replays before every turn: O(new events), not O(history).
+        """
         # Decoding many events: the cyclic collector would only slow it down.
         with gc_paused():
+            seen = self._replayed
+            if seen is not None:
+                items, last = seen
+                after = last.sequence - 1
+                tail = await self.bounded(
+                    "replay", lambda: self.store.read_events(self.thread_id, after=after)
+                )
+                if tail and tail[0] == last:
+                    return self._replay_of(items, tail[1:], tail[-1])
             entries = await self.bounded("replay", lambda: self.store.replay_events(self.thread_id))
-            items = [e.event.item for e in entries if isinstance(e.event, ItemCompleted)]
-            sequence = entries[-1].sequence if entries else 0
-            return ReplayHistory(trim_to_last_compaction_boundary(items), sequence=sequence)
+            return self._replay_of([], entries, entries[-1] if entries else None)
+
+    def _replay_of(
+        self,
+        items: list[TranscriptItem],
+        entries: Sequence[JournalEvent],
+        last: JournalEvent | None,
+    ) -> ReplayHistory:
+        added = [e.event.item for e in entries if isinstance(e.event, ItemCompleted)]
+        history = trim_to_last_compaction_boundary([*items, *added]) if added else items
+        self._replayed = (history, last) if last is not None else None
+        return ReplayHistory(history, sequence=last.sequence if last is not None else 0)
 
     async def snapshot(self) -> ThreadSnapshot:
         """Return the thread's metadata and whole history by turn (``read_snapshot``)."""

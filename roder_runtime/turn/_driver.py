@@ -118,6 +118,7 @@ class TurnDriver:
         self._mark = 0  # the sequence the history was read at
         self._budget = BudgetGuard(self.config.budget, self.journal, turn_id)
         self._usage = HeldUsage(sink, turn_id, model, engine.id)  # billed with its response
+        self._first: list[str] = []  # the first step's id: its start is in the turn's append
 
     def abort(self, reason: AbortReason) -> None:
         """Stop the turn now (``interrupted``, ``closed``, ...), keeping the text delivered."""
@@ -187,12 +188,16 @@ class TurnDriver:
     async def _begin(self) -> list[TranscriptItem]:
         """Journal the turn's start and input, compacting in between when due; return the
         first model call's transcript. The input is journaled (its items, or its acceptance
-        when a compaction comes first) with the start, before any model call."""
+        when a compaction comes first) with the start, before any model call (and, when
+        nothing can come between them, with the first step's start: one append)."""
         self._waiting_for = self.journal.store_name
         history = await self._read_history()
         due = await auto_compaction_due(self.catalog, self.engine, self.model, history, self.inputs)
+        first = self._first = [] if due or self._budget.budget.enabled else [new_id("step")]
         await self.sink.record(
-            TurnStarted(self.turn_id), *self.input.journal(None if due else self.inputs)
+            TurnStarted(self.turn_id),
+            *self.input.journal(None if due else self.inputs),
+            *(ModelStepStarted(self.turn_id, s, self.model, self.engine.id) for s in first),
         )
         self._started = True
         self.input.journaled.set()
@@ -296,9 +301,10 @@ class TurnDriver:
 
         async def start(number: int) -> AsyncIterator[InferenceEvent]:
             nonlocal step
-            step = StepState(new_id("step"))
+            announced = self._first.pop() if self._first else None  # one append, not two
+            step = StepState(announced or new_id("step"))
             started = ModelStepStarted(self.turn_id, step.step_id, self.model, self.engine.id)
-            await self.sink.record(started)
+            await self.sink.record(*[] if announced else [started])
             self._waiting_for = f"engine {self.engine.id!r}"
             ctx = InferenceTurnContext(
                 self.journal.thread_id, self.turn_id, step.step_id, UsagePurpose.TURN, number

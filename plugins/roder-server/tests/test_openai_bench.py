@@ -30,10 +30,17 @@ def test_the_bench_reports_time_to_first_delta_direct_and_through_roder(tmp_path
     )
     assert result.returncode == 0, result.stderr
     rows = json.loads(out.read_text())["rows"]
-    assert [r["workload"].split(",")[0] for r in rows] == [
-        "O1 direct to the engine's server",
-        "O1 roder serve",
-        "O1 roder serve",
+    assert [r["workload"] for r in rows] == [
+        "O1 direct, one message",
+        "O1 roder serve, new conversation",
+        "O1 direct, the whole conversation",
+        "O1 roder serve, one conversation",
     ]
     assert all(r["n"] == 10 and r["p50_ms"] > 0 for r in rows)
-    assert rows[0]["added_p50_ms"] == 0
+    # Each Roder row is measured against the baseline row before it.
+    assert rows[0]["added_p50_ms"] == 0 and rows[2]["added_p50_ms"] == 0
+    assert rows[1]["added_p50_ms"] == rows[1]["p50_ms"] - rows[0]["p50_ms"]
+    assert rows[3]["added_p50_ms"] == rows[3]["p50_ms"] - rows[2]["p50_ms"]
+    assert rows[0]["added_paired_p50_ms"] == 0 and rows[2]["added_paired_p50_ms"] == 0
+    assert all(isinstance(r["added_paired_p50_ms"], float) for r in rows)
+    assert rows[1]["server_cpu_ms_per_response"] > 0 and rows[3]["server_cpu_ms_per_response"] > 0

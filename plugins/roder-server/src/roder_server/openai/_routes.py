@@ -4,7 +4,8 @@ A conversation is a thread; a response is a turn (``resp_<turn id>``). The turn 
 its thread (``<thread id>.r<hex>``), so any worker finds a response's thread from its id
 alone. What a request asked for that the journal does not hold (the model as asked, the
 instructions, the tools, ``previous_response_id``, ``background``) is kept in the thread's
-``extra`` under ``openai_responses`` before the run is submitted, so every worker rebuilds
+``extra`` under ``openai_responses`` (with the thread's creation, or while the run is
+submitted) before anything is answered, so every worker rebuilds
 the same Response and the same stream from the journal: nothing lives in process memory.
 Errors are in the OpenAI shape (``{"error": {"message", "type", "param", "code"}}``).
 """
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any
 
 import anyio
@@ -23,7 +25,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from roder_api.inference import ToolSpec
-from roder_api.threads import ThreadStore, validate_thread_id
+from roder_api.threads import ThreadMetadata, ThreadStore, validate_thread_id
 from roder_api.transcript import ToolResultRecord
 from roder_server.openai._conversations import (
     add_conversation_items,
@@ -178,26 +180,84 @@ async def _remember(
     thread_id: str,
     turn_id: str,
     params: Mapping[str, Any],
-    *,
-    mark_start: bool = False,
 ) -> dict[str, Any]:
-    """Keep ``params`` as the response's entry in the thread's ``extra`` (with
-    ``mark_start``, also ``journal_after``: the thread's last sequence now, before the turn
-    is submitted); return the entry."""
+    """Keep ``params`` as the response's entry in the thread's ``extra``; return it."""
     # ``update_thread`` replaces ``extra`` whole: the read-modify-write is serialised per
     # thread in this process (another worker writing at the same moment can still win; the
     # response is then served from its journal with the parameters it lost).
     async with _LOCKS[hash(thread_id) % len(_LOCKS)]:
         metadata = await store.get_thread(thread_id)
-        responses = dict((metadata.extra or {}).get(EXTRA_KEY) or {})
         entry = dict(params)
-        if mark_start:
-            entry["journal_after"] = metadata.last_sequence
-        responses[turn_id] = entry
-        await store.update_thread(
-            thread_id, extra={**dict(metadata.extra or {}), EXTRA_KEY: responses}
-        )
+        await store.update_thread(thread_id, extra=_with_entry(metadata, turn_id, entry))
         return entry
+
+
+def _with_entry(
+    metadata: ThreadMetadata | None, turn_id: str, entry: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Return the thread's ``extra`` with ``entry`` as the response ``turn_id``'s."""
+    extra = dict((metadata.extra if metadata is not None else None) or {})
+    extra[EXTRA_KEY] = {**dict(extra.get(EXTRA_KEY) or {}), turn_id: dict(entry)}
+    return extra
+
+
+async def _start(
+    tenant: Any,
+    store: ThreadStore,
+    thread_id: str | None,
+    params: Mapping[str, Any],
+    submit: Callable[[str, str], Awaitable[object]],
+) -> tuple[str, str, dict[str, Any]]:
+    """Keep a new response's parameters and submit its run; return ``(thread id, turn id,
+    entry)`` once both are durable.
+
+    A new conversation is created with the parameters in its ``extra`` (one write); on an
+    existing thread the parameters (with ``journal_after``: the thread's last sequence
+    before the turn) are written while the run is submitted, not before it, so the two
+    durable writes overlap instead of following each other (and the per-thread lock of
+    the parameters' read-modify-write is not held while the run is submitted). Nothing is
+    streamed before both are done; the input is accepted (journaled) before this returns.
+    """
+    if thread_id is None:
+        thread_id = uuid.uuid4().hex
+        turn_id = _new_turn_id(thread_id)
+        entry = {**params, "journal_after": 0}
+        extra = _with_entry(None, turn_id, entry)
+        await tenant.runtime.create_thread(thread_id, extra=extra)
+        await submit(thread_id, turn_id)
+        return thread_id, turn_id, entry
+    turn_id = _new_turn_id(thread_id)
+    # Every event of the turn comes after the thread's last sequence before the run is
+    # submitted: the response's stream folds from there. 404 for an unknown conversation.
+    entry = {**params, "journal_after": (await store.get_thread(thread_id)).last_sequence}
+    remember = partial(_remember, store, thread_id, turn_id, entry)
+    failures = await _together(remember, partial(submit, thread_id, turn_id))
+    for failure in failures:  # the run's own error (a 413, a 429) first
+        if failure is not None:
+            raise failure
+    return thread_id, turn_id, entry
+
+
+async def _together(
+    first: Callable[[], Awaitable[object]], second: Callable[[], Awaitable[object]]
+) -> tuple[Exception | None, Exception | None]:
+    """Run both calls at once; return what each raised (``second``'s first)."""
+    failed: list[Exception | None] = [None, None]
+
+    async def run(index: int, call: Callable[[], Awaitable[object]]) -> None:
+        try:
+            await call()
+        except Exception as exc:  # noqa: BLE001 - raised by the caller, unwrapped
+            failed[index] = exc
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, 1, first)
+        await run(0, second)
+    return failed[0], failed[1]
+
+
+def _new_turn_id(thread_id: str) -> str:
+    return f"{thread_id}.r{uuid.uuid4().hex[:20]}"
 
 
 # --- responses --------------------------------------------------------------------------
@@ -225,20 +285,22 @@ async def create_response(request: Request) -> Response:
     conversation, previous = body.get("conversation"), body.get("previous_response_id")
     if conversation is not None and previous is not None:
         raise bad_request("give 'conversation' or 'previous_response_id', not both", "conversation")
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise bad_request("'instructions' must be a string", "instructions")
     store = await tenant.store()
     previous_turn = ""
+    thread_id: str | None = None
     if previous is not None:
         if not isinstance(previous, str):
             raise bad_request("'previous_response_id' must be a string", "previous_response_id")
         thread_id, previous_turn = _thread_of(previous)
         await _params(store, thread_id, previous_turn)  # 404 for an unknown response
     elif conversation is not None:
-        thread_id = _conversation_id(conversation)
-        await store.get_thread(thread_id)
-    else:
-        thread_id = (await runtime.create_thread()).thread_id
-    turn_id = f"{thread_id}.r{uuid.uuid4().hex[:20]}"
-    params = {
+        thread_id = _conversation_id(conversation)  # its existence is checked by _start
+    elif parsed.approvals:
+        thread_id = (await runtime.create_thread()).thread_id  # nothing to approve there
+    params: dict[str, Any] = {
         "model": f"{engine}/{model}",
         "instructions": body.get("instructions"),
         "previous_response_id": previous,
@@ -251,25 +313,26 @@ async def create_response(request: Request) -> Response:
         call_id = call_id_of_approval(answer.approval_request_id)
         if call_id is None:
             raise bad_request("not an approval request id", "input")
+        assert thread_id is not None
         await tenant.dispatcher.approve(thread_id, call_id, answer.approve, answer.reason)
-    if parsed.text is None and not results and previous is not None:
+    if parsed.text is None and not results and thread_id is not None and previous is not None:
         # Only approvals: they continue the turn that asked; answer with its response.
         return await _answer(store, thread_id, previous_turn, body)
     extras: dict[str, Any] = {}
     if specs or results:
         # Client function tools ride with the input (roder_runtime's client tools).
         extras = {"client_tools": specs, "tool_results": results}
-    instructions = body.get("instructions")
     if instructions is not None:
-        if not isinstance(instructions, str):
-            raise bad_request("'instructions' must be a string", "instructions")
         extras["instructions"] = instructions
-    with anyio.CancelScope(shield=True):  # a client that leaves does not cancel the run
-        params = await _remember(store, thread_id, turn_id, params, mark_start=True)
-        await tenant.dispatcher.submit(
-            thread_id, parsed.text or "", turn_id=turn_id, engine=engine, model=model, **extras
+
+    async def submit(thread: str, turn: str) -> object:
+        return await tenant.dispatcher.submit(
+            thread, parsed.text or "", turn_id=turn, engine=engine, model=model, **extras
         )
-    return await _answer(store, thread_id, turn_id, body, params)
+
+    with anyio.CancelScope(shield=True):  # a client that leaves does not cancel the run
+        started, turn_id, entry = await _start(tenant, store, thread_id, params, submit)
+    return await _answer(store, started, turn_id, body, entry)
 
 
 async def _answer(
