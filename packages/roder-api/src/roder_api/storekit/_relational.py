@@ -20,9 +20,9 @@ from typing import Any, ClassVar, TypeVar
 
 import anyio
 
-from roder_api._thread_contract import EventPage, ThreadMetadata, ThreadPage
+from roder_api._thread_contract import EventPage, ThreadMetadata, ThreadPage, ThreadSnapshot
 from roder_api.codec import journal_events, loads
-from roder_api.errors import RoderError, ThreadNotFoundError
+from roder_api.errors import RoderError, StoreCorruptedError, ThreadNotFoundError
 from roder_api.events import Event, JournalEvent
 from roder_api.storekit._blocking import BlockingThreadStore
 from roder_api.storekit._checks import check_complete
@@ -30,11 +30,13 @@ from roder_api.storekit._cursors import decode_cursor, event_page, thread_page
 from roder_api.storekit._fold import replay_after
 from roder_api.storekit._group_commit import GroupCommit
 from roder_api.storekit._open_turns import PENDING_QUERY
+from roder_api.storekit._row_turns import RowsNotWhole, turns_from_rows
 from roder_api.storekit._write_batch import EventRow, SqlConnection, WriteBatch
 
 T = TypeVar("T")
 
 _EVENTS = "SELECT sequence, recorded_at_ms, event FROM roder_events WHERE thread_id = ? "
+_ITEMS = "SELECT event FROM roder_events WHERE thread_id = ? "
 
 
 def _now_ms() -> int:
@@ -283,6 +285,29 @@ class RelationalThreadStore(BlockingThreadStore):
         end = last if limit is None else min(last, after + limit)
         check_complete(thread_id, events, after + 1, end)
         return events
+
+    def snapshot_sync(self, thread_id: str) -> ThreadSnapshot:
+        """Return the metadata and the items by turn from one read transaction and one query.
+
+        Each row is decoded straight to its transcript item (:func:`turns_from_rows`), not to
+        a journal event folded afterwards. Rows that are not whole (one does not decode, one
+        is missing) are read again the general way, whose damage error names the sequence.
+        """
+        with self.read_transaction() as conn:
+            last, _, metadata = self._row(conn, thread_id)
+            # Bounded above, as read_sync's chunks are: the planner stays on the index.
+            window = "AND sequence > ? AND sequence <= ? ORDER BY sequence LIMIT ?"
+            params = (thread_id, 0, last, last)
+            try:
+                turns = turns_from_rows(conn.execute(self.sql(_ITEMS + window), params), last)
+            except RowsNotWhole as exc:
+                events = self._events(thread_id, conn.execute(self.sql(_EVENTS + window), params))
+                check_complete(thread_id, events, 1, last)
+                raise StoreCorruptedError(
+                    f"thread {thread_id!r} is damaged: {exc}; nothing was changed",
+                    thread_id=thread_id,
+                ) from None
+            return ThreadSnapshot(loads(metadata), turns)
 
     def page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
         """Return up to ``limit`` events below ``before``, ascending."""
