@@ -302,19 +302,19 @@ async def test_retry_before_output_and_error_after_output_bill_every_attempt(
 
 
 class FailingStore(JsonlThreadStore):
-    """A real JSONL store whose appends fail after ``ok_appends`` calls."""
-
-    ok_appends = 2
+    """A real JSONL store whose appends fail once one with streamed text was persisted
+    (mid-turn, however the recorder batched the turn's start)."""
 
     def __init__(self, base_path: Path) -> None:
         super().__init__(base_path)
-        self.appends = 0
+        self.streamed = False
 
     async def append_events(self, thread_id: str, events: Sequence[Event]) -> list[JournalEvent]:
-        self.appends += 1
-        if self.appends > self.ok_appends:
+        if self.streamed:
             raise StoreError("the disk went away")
-        return await super().append_events(thread_id, events)
+        entries = await super().append_events(thread_id, events)
+        self.streamed = any(isinstance(e, AssistantContentDelta) for e in events)
+        return entries
 
 
 class FailingFactory(JsonlThreadStoreFactory):

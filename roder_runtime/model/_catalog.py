@@ -7,12 +7,16 @@ context windows it learned (per catalog, so per runtime), asking an engine's
 
 from __future__ import annotations
 
+import anyio
+
 from roder_api.extension import ExtensionRegistry
 from roder_api.inference import InferenceEngine, InferenceProviderContext
 from roder_runtime.config._config import RuntimeConfig
 
 DEFAULT_ENGINE = "scripted"
 """The engine used when no ``default_engine`` is configured."""
+LIST_MODELS_TIMEOUT_S = 120.0
+"""How long ``list_models`` may take when ``turn_timeout_s`` is unset (a turn's start waits)."""
 
 
 class ModelCatalog:
@@ -44,16 +48,19 @@ class ModelCatalog:
         """Return the context window (tokens) the engine's ``list_models`` gives ``model``.
 
         A model the engine does not list gets the window all its listed models share, if
-        they share one. None when unknown, or when the engine cannot list its models (then
-        it is asked again next time).
+        they share one. None when unknown, or when the engine cannot list its models (or not
+        within ``turn_timeout_s``, else :data:`LIST_MODELS_TIMEOUT_S`): then it is asked
+        again next time.
         """
         key = (engine.id, model)
         if key in self._windows:
             return self._windows[key]
         ctx = InferenceProviderContext(settings=dict(self.config.engines.get(engine.id, {})))
+        limit = self.config.turn_timeout_s
         try:
-            models = await engine.list_models(ctx)
-        except Exception:  # noqa: BLE001 - an engine that cannot list models: no window now
+            with anyio.fail_after(LIST_MODELS_TIMEOUT_S if limit is None else limit):
+                models = await engine.list_models(ctx)
+        except Exception:  # noqa: BLE001 - an engine that cannot list models (in time): no window
             return None
         windows = {m.context_window for m in models}
         window = next((m.context_window for m in models if m.id == model), None)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import anyio
@@ -24,7 +23,8 @@ from roder_api.events import InputAccepted, ToolApprovalDecided
 from roder_api.inference import ToolSpec
 from roder_api.transcript import ToolResultRecord
 from roder_runtime.session._ops import Op, Steer, UserInput
-from roder_runtime.tools._tool_step import ApproveToolCall, JournaledApproval, PendingToolStep
+from roder_runtime.tools._tool_step import ApproveToolCall, JournaledApproval
+from roder_runtime.turn._edges import SubmittedInput
 
 if TYPE_CHECKING:
     from roder_runtime.session._recorder import EventRecorder
@@ -38,20 +38,6 @@ _RETRY_S = 1.0
 """The pause after the store failed to answer, before following again."""
 
 
-@dataclass(slots=True)
-class Queued:
-    """An input waiting for its turn (``accepted``: its ``InputAccepted`` is journaled)."""
-
-    turn_id: str
-    text: str
-    accepted: bool = False
-    announce: bool = True
-    direct: bool = False
-    interrupted: bool = False
-    journaled: anyio.Event = field(default_factory=anyio.Event)
-    resume: PendingToolStep | None = None  # a turn a dead session left in a tool step
-
-
 class JournalFollowing:
     """What a session adds for plugins and for following its journal (a mixin)."""
 
@@ -60,7 +46,7 @@ class JournalFollowing:
     recorder: EventRecorder
     tools: SessionTools
     _turn: TurnDriver | None
-    _queue: deque[Queued]
+    _queue: deque[SubmittedInput]
     _queue_signal: anyio.Event
     _closing: bool
 
@@ -138,7 +124,7 @@ class JournalFollowing:
         if turn_id in self._own_turns or self._closing:
             return False
         self._own_turns.add(turn_id)
-        self._queue.append(Queued(turn_id, text, accepted=True))
+        self._queue.append(SubmittedInput(turn_id, text, accepted=True))
         self._queue_signal.set()
         return True
 

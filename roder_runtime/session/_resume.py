@@ -31,6 +31,7 @@ from roder_runtime.model._ids import new_id
 from roder_runtime.session._recorder import EventRecorder
 from roder_runtime.store._journal import ThreadJournal
 from roder_runtime.tools._tool_step import PendingToolStep, pending_tool_step
+from roder_runtime.turn._edges import turn_end
 
 _PAGE = 256
 _TRIES = 5
@@ -69,9 +70,9 @@ async def read_tail(journal: ThreadJournal) -> list[JournalEvent]:
         before = page.next_before
 
 
-def leftovers(tail: Sequence[Event]) -> tuple[str | None, list[str], list[InputAccepted]]:
+def leftovers(tail: Sequence[Event]) -> tuple[str | None, list[str], list[tuple[str, str]]]:
     """Return the open turn of ``tail``, the input it took but never journaled, and the
-    input accepted for later turns and never answered."""
+    input accepted for later turns and never answered (``(turn_id, text)``)."""
     starts = [i for i, e in enumerate(tail) if isinstance(e, TurnStarted)]
     last = tail[starts[-1]].turn_id if starts else None
     since = tail[starts[-1] :] if starts else []
@@ -87,9 +88,9 @@ def leftovers(tail: Sequence[Event]) -> tuple[str | None, list[str], list[InputA
                     del pending[index]
                     break
     mine = [a.text for a in pending if a.turn_id == last]
-    later = [a for a in pending if a.turn_id != last]
+    later = [(a.turn_id, a.text) for a in pending if a.turn_id != last]
     if ended:  # not left by a dead session: run it anew rather than lose it
-        later = [InputAccepted(new_id("turn"), text) for text in mine] + later
+        later = [(new_id("turn"), text) for text in mine] + later
         return None, [], later
     return last, mine, later
 
@@ -131,7 +132,7 @@ async def find_leftovers(journal: ThreadJournal, recorder: EventRecorder) -> lis
     for _ in range(_TRIES):
         tail = await read_tail(journal)
         open_turn, taken, later = leftovers([e.event for e in tail])
-        pending: list[Leftover] = [(a.turn_id, a.text, None) for a in later]
+        pending: list[Leftover] = [(turn_id, text, None) for turn_id, text in later]
         if open_turn is None:
             return pending
         step = pending_tool_step(
@@ -141,12 +142,10 @@ async def find_leftovers(journal: ThreadJournal, recorder: EventRecorder) -> lis
             # Steering the turn took and never journaled becomes turns of its own.
             again: list[Leftover] = [(new_id("turn"), t, None) for t in taken]
             return [(open_turn, "", step), *again, *pending]
-        closing: list[Event] = []
+        # A model step streams only after the turn's own input is journaled: with a partial
+        # reply, what it took is steering, kept after it.
         partial = partial_reply([e.event for e in tail], open_turn)
-        if partial:  # a model step streams only after the turn's own input is journaled
-            closing.append(ItemCompleted(open_turn, AssistantMessage(partial, True)))
-        closing += [ItemCompleted(open_turn, UserMessage(text)) for text in taken]
-        closing.append(TurnAborted(open_turn, AbortReason.PROCESS_EXITED))
+        closing = turn_end(open_turn, AbortReason.PROCESS_EXITED, partial=partial, steering=taken)
         last = tail[-1].sequence if tail else 0
         try:
             await recorder.append_now(closing, expected_last_sequence=last)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 
 import anyio
@@ -23,18 +23,15 @@ import anyio.abc
 from roder_api.errors import BusyError, InputTooLargeError, RecorderError, StoppedError
 from roder_api.events import (
     AbortReason,
-    InputAccepted,
-    ItemCompleted,
+    Event,
     JournalEvent,
-    TurnAborted,
-    TurnStarted,
 )
 from roder_api.inference import InferenceEngine
 from roder_api.threads import ThreadLease
 from roder_api.transcript import UserMessage
 from roder_runtime.model._catalog import ModelCatalog
 from roder_runtime.model._ids import new_id
-from roder_runtime.session._follow import JournalFollowing, Queued
+from roder_runtime.session._follow import JournalFollowing
 from roder_runtime.session._io import RecorderSink, TurnInbox
 from roder_runtime.session._ops import Interrupt, Op, Steer, UserInput
 from roder_runtime.session._recorder import EventRecorder
@@ -43,6 +40,7 @@ from roder_runtime.session._tools import SessionTools
 from roder_runtime.store._journal import ThreadJournal
 from roder_runtime.tools._tool_step import ApproveToolCall
 from roder_runtime.turn._driver import TurnDriver
+from roder_runtime.turn._edges import SubmittedInput, turn_end
 
 
 class Session(JournalFollowing):
@@ -77,7 +75,7 @@ class Session(JournalFollowing):
         config = catalog.config
         self._max_input_bytes = config.max_input_bytes
         self._capacity = config.submission_queue_capacity
-        self._queue: deque[Queued] = deque()
+        self._queue: deque[SubmittedInput] = deque()
         self._queue_signal = anyio.Event()
         self._turn: TurnDriver | None = None
         self._inbox: TurnInbox | None = None
@@ -121,7 +119,10 @@ class Session(JournalFollowing):
         except BaseException:
             await self._shutdown()
             raise
-        self._queue.extend(Queued(t, text, accepted=True, resume=r) for t, text, r in leftovers)
+        self._queue.extend(
+            SubmittedInput(t, text, accepted=True, resume=r, in_turn=r is not None)
+            for t, text, r in leftovers
+        )
         self.resumed_turn_id = next((t for t, _, r in leftovers if r is not None), None)
         self._own_turns.update(t for t, _, _ in leftovers)
         task_group.start_soon(self._shielded, self._run_worker)
@@ -225,7 +226,7 @@ class Session(JournalFollowing):
             turn, inbox = self._turn, self._inbox
             if turn is not None and inbox is not None and inbox.open and not turn.abort_reason:
                 self._check_room()
-                self.recorder.record(InputAccepted(turn.turn_id, op.text, True), room_checked=True)
+                self._record_now(SubmittedInput(turn.turn_id, op.text, steer=True).journal())
                 inbox.texts.append(op.text)
                 await self._wait_persisted()
                 return turn.turn_id
@@ -249,24 +250,22 @@ class Session(JournalFollowing):
             await self._take_unread_input()  # accepted elsewhere first: it goes first
         idle = self._turn is None and not self._queue and self.recorder.held == 0
         self._own_turns.add(turn_id)
-        queued = Queued(turn_id, text, announce=announce, direct=idle)
+        # Behind a running turn it is accepted now; else its turn's start journals it at
+        # once (after a bounded history read and window lookup), or its end does.
+        queued = SubmittedInput(turn_id, text, announce=announce or not idle, direct=idle)
         if not idle:
-            self.recorder.record(InputAccepted(turn_id, text), room_checked=True)
-            queued.accepted = True
+            self._record_now(queued.journal())
         self._queue.append(queued)
         self._queue_signal.set()
         if idle:
-            # The worker journals it as the turn starts, at once (nothing waits before it).
             with anyio.CancelScope(shield=True):
-                with anyio.move_on_after(self.journal.timeout_s):
-                    await queued.journaled.wait()
-            if not queued.journaled.is_set() and not self._closing:
-                # The turn is slow to start (an engine slow to list its models): journal
-                # the input here rather than return without it.
-                self.recorder.record(InputAccepted(turn_id, text), room_checked=True)
-                queued.accepted = True
+                await queued.journaled.wait()
         await self._wait_persisted()
         return turn_id
+
+    def _record_now(self, events: Sequence[Event]) -> None:
+        for event in events:  # never refused: the queue's room was checked
+            self.recorder.record(event, room_checked=True)
 
     async def _wait_persisted(self) -> None:
         # Shielded: a cancelled caller's input is accepted all the same (see ``submit``).
@@ -364,30 +363,23 @@ class Session(JournalFollowing):
             else:
                 await self._drive_turn(queued)
 
-    async def _record_unstarted(self, queued: Queued, reason: AbortReason) -> None:
+    async def _record_unstarted(self, queued: SubmittedInput, reason: AbortReason) -> None:
         if queued.resume is not None:
             return  # a turn left in a tool step stays open: the next session resumes it
-        await self._sink.record(
-            TurnStarted(queued.turn_id),
-            ItemCompleted(queued.turn_id, UserMessage(queued.text)),
-            TurnAborted(queued.turn_id, reason),
-        )
+        inputs = queued.journal([UserMessage(queued.text)])
+        await self._sink.record(*turn_end(queued.turn_id, reason, unstarted=True, inputs=inputs))
         queued.journaled.set()
 
-    async def _drive_turn(self, queued: Queued) -> None:
+    async def _drive_turn(self, queued: SubmittedInput) -> None:
         inbox = TurnInbox(self.compaction_preempt)
         driver = TurnDriver(
-            turn_id=queued.turn_id,
-            text=queued.text,
+            submitted=queued,
             engine=self.engine,
             model=self.model,
             catalog=self.catalog,
             sink=self._sink,
             inbox=inbox,
-            input_accepted=lambda: queued.accepted,
-            announce_input=queued.announce,
-            on_input_journaled=queued.journaled.set,
-            **self.tools.driver_options(queued.turn_id, self._sink, queued.resume),
+            options=self.tools.driver_options(queued.turn_id, self._sink, queued.resume),
         )
         self._turn, self._inbox = driver, inbox
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -15,7 +16,7 @@ from roder_api.tools import Tool
 from roder_runtime.config._sections import ToolsConfig
 from roder_runtime.session._ops import Steer, UserInput
 from roder_runtime.store._journal import ThreadJournal
-from roder_runtime.tools._client_tools import ClientTurns
+from roder_runtime.tools._client_tools import ClientTurns, TurnOptions
 from roder_runtime.tools._tool_step import ApproveToolCall, PendingToolStep, ToolStep
 from roder_runtime.turn._seams import TurnSink
 
@@ -93,8 +94,8 @@ class SessionTools:
 
     def driver_options(
         self, turn_id: str, sink: TurnSink, resume: PendingToolStep | None
-    ) -> dict[str, Any]:
-        """Return the ``TurnDriver`` arguments for the tools of turn ``turn_id``."""
+    ) -> TurnOptions:
+        """Return the ``TurnDriver`` options for the tools of turn ``turn_id``."""
 
         async def append(events: Sequence[Event]) -> None:
             await sink.record(*events)
@@ -104,14 +105,8 @@ class SessionTools:
             # Results need not wait: the recorder persists them before anything recorded
             # after them, so they share a sync with the next model step's start.
 
-        given = self._client.take(turn_id)
-        return {
-            "tool_step": self.step(turn_id, append, closing=lambda: sink.closing),
-            "resume": resume,
-            "client_tools": given.client_tools,
-            "tool_results": given.tool_results,
-            "instructions": given.instructions,
-        }
+        step = self.step(turn_id, append, closing=lambda: sink.closing)
+        return replace(self._client.take(turn_id), tool_step=step, resume=resume)
 
     def step(
         self,

@@ -22,12 +22,17 @@ from roder_api.errors import ToolCallNotOpenError
 from roder_api.inference import ToolSpec
 from roder_api.transcript import ToolCallRecord, ToolResultRecord, TranscriptItem, UserMessage
 from roder_runtime.store._journal import ThreadJournal
+from roder_runtime.tools._tool_step import PendingToolStep, ToolStep
 
 
 @dataclass(frozen=True, slots=True)
-class TurnInput:
-    """What a turn offers beyond the registered tools and answers beyond its text."""
+class TurnOptions:
+    """What a turn is given besides its text: its tool step (None: no tools), the tool step
+    a dead session left (``resume``), the caller's client tools and the results of client
+    calls, and instructions for this turn only (None: the configured ones)."""
 
+    tool_step: ToolStep | None = None
+    resume: PendingToolStep | None = None
     client_tools: tuple[ToolSpec, ...] = ()
     tool_results: tuple[ToolResultRecord, ...] = ()
     instructions: str | None = None
@@ -91,7 +96,7 @@ def check_client_tools(specs: Sequence[ToolSpec], registered: Iterable[str]) -> 
 class ClientTurns:
     """The client tools and tool results of the inputs a session queued, by turn id."""
 
-    waiting: dict[str, TurnInput] = field(default_factory=dict)
+    waiting: dict[str, TurnOptions] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)  # answered by turns already handed out
 
     def taken(self) -> set[str]:
@@ -117,15 +122,15 @@ class ClientTurns:
         if tool_results:
             calls = open_calls(await journal.replay_history())
             results = paired_results(tool_results, calls, self.taken(), journal.thread_id)
-        self.waiting[turn_id] = TurnInput(tuple(client_tools), results, instructions)
+        self.waiting[turn_id] = TurnOptions(None, None, tuple(client_tools), results, instructions)
         try:
             yield
         except BaseException:
             self.waiting.pop(turn_id, None)
             raise
 
-    def take(self, turn_id: str) -> TurnInput:
+    def take(self, turn_id: str) -> TurnOptions:
         """Return (and forget) what turn ``turn_id`` was given; empty when nothing."""
-        given = self.waiting.pop(turn_id, TurnInput())
+        given = self.waiting.pop(turn_id, TurnOptions())
         self.started.update(r.id for r in given.tool_results)
         return given

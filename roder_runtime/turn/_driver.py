@@ -1,9 +1,10 @@
 """The turn driver: one turn from start to end, and the outcome it reports.
 
-A :class:`TurnDriver` owns everything of one turn — journaling its start and input,
-automatic compaction, the model steps (through the model-call primitive, with retries and
-visible ``WarningEvent`` s), steering, partial text, the error and the abort — and returns
-a :class:`TurnOutcome`. It knows its own state because it emits every event itself; the
+A :class:`TurnDriver` owns everything of one turn — journaling its start and input (its
+:class:`SubmittedInput` says how; :func:`turn_end` composes the end), automatic
+compaction, the model steps (through the model-call primitive, with retries and visible
+``WarningEvent`` s), steering, partial text, the error and the abort — and returns a
+:class:`TurnOutcome`. It knows its own state because it emits every event itself; the
 session only hands it a :class:`TurnSink` (the recorder), a journal, the model catalog and
 an :class:`Inbox` for steering, and may stop it with :meth:`TurnDriver.abort`.
 
@@ -14,14 +15,16 @@ The step loop (:meth:`TurnDriver._steps`) has two seams for later work:
   ``max_tool_steps`` each is refused with a result and the turn fails); calls of client
   tools are not run: the turn ends with them open (``roder_runtime.tools._client_tools``);
 * **in-turn native compaction** — a model step collects its items (:class:`StepState.items`) and
-  journals them as one batch when the step ends with ``Completed``; a ``ProviderMetadata``
-  boundary yielded by ``stream_turn`` is staged by ``roder_runtime.turn._inturn`` and commits
-  (or is discarded) with that batch, in :meth:`TurnDriver._finish_step`.
+  journals them as one batch when the step ends with ``Completed``; on an engine with
+  native compaction a ``ProviderMetadata`` boundary yielded by ``stream_turn`` is staged by
+  ``roder_runtime.turn._inturn`` and commits (or is discarded) with that batch, in
+  :meth:`TurnDriver._finish_step`; on any other engine the steps are plain until one
+  streams a boundary.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import anyio
 
@@ -30,13 +33,9 @@ from roder_api.events import (
     AbortReason,
     AssistantContentDelta,
     ContentPhase,
-    ErrorEvent,
     Event,
-    InputAccepted,
     ItemCompleted,
     ModelStepStarted,
-    TurnAborted,
-    TurnComplete,
     TurnStarted,
     UsagePurpose,
     WarningEvent,
@@ -51,7 +50,6 @@ from roder_api.inference import (
     MessageDelta,
     ReasoningDelta,
     ToolCallCompleted,
-    ToolSpec,
     Usage,
 )
 from roder_api.transcript import (
@@ -59,7 +57,6 @@ from roder_api.transcript import (
     ProviderMetadata,
     Reasoning,
     ToolCallRecord,
-    ToolResultRecord,
     TranscriptItem,
     UserMessage,
 )
@@ -67,9 +64,11 @@ from roder_runtime.compaction._auto import auto_compaction_due, maybe_auto_compa
 from roder_runtime.model._call import Attempt, RetryNotice, call_model
 from roder_runtime.model._catalog import ModelCatalog
 from roder_runtime.model._ids import new_id
-from roder_runtime.tools._client_tools import input_items
+from roder_runtime.store._journal import ReplayHistory
+from roder_runtime.tools._client_tools import TurnOptions, input_items
 from roder_runtime.tools._tool_step import PendingToolStep, ToolStepLimitError
 from roder_runtime.turn._budget import BudgetExceeded, BudgetGuard
+from roder_runtime.turn._edges import SubmittedInput, turn_end
 from roder_runtime.turn._inturn import InTurnCompaction, is_boundary
 from roder_runtime.turn._seams import HeldUsage, Inbox, StepState, ToolRunner, TurnOutcome, TurnSink
 
@@ -84,47 +83,39 @@ class TurnDriver:
     def __init__(
         self,
         *,
-        turn_id: str,
-        text: str,
+        submitted: SubmittedInput,
         engine: InferenceEngine,
         model: str,
         catalog: ModelCatalog,
         sink: TurnSink,
         inbox: Inbox,
-        input_accepted: Callable[[], bool] = lambda: False,
-        announce_input: bool = True,
-        on_input_journaled: Callable[[], None] = lambda: None,
-        tool_step: ToolRunner | None = None,
-        resume: PendingToolStep | None = None,
-        client_tools: Sequence[ToolSpec] = (),
-        tool_results: Sequence[ToolResultRecord] = (),
-        instructions: str | None = None,
+        options: TurnOptions | None = None,
     ) -> None:
-        self.turn_id = turn_id
-        self.user_message = UserMessage(text)
-        self.inputs = input_items(text, tool_results)  # the results first, then the text
+        self.turn_id = turn_id = submitted.turn_id
+        self.input = submitted
+        options = options or TurnOptions()
+        self.inputs = input_items(submitted.text, options.tool_results)  # results, then text
         self.engine = engine
         self.model = model
         self.catalog = catalog
         self.config = catalog.config
+        instructions = options.instructions
         self.instructions = instructions if instructions is not None else self.config.instructions
         self.sink = sink
         self.journal = sink.journal
         self.inbox = inbox
-        self.tool_step, self.resume = tool_step, resume
-        self.tools = (*(tool_step.specs if tool_step is not None else ()), *client_tools)
-        self.client = frozenset(spec.name for spec in client_tools)
+        self.tool_step, self.resume = options.tool_step, options.resume
+        step_specs = options.tool_step.specs if options.tool_step is not None else ()
+        self.tools = (*step_specs, *options.client_tools)
+        self.client = frozenset(spec.name for spec in options.client_tools)
         self.scope = anyio.CancelScope()
         self.abort_reason: AbortReason | None = None
         self.finished = False
-        self._input_accepted = input_accepted
-        self._announce_input = announce_input
-        self._on_input_journaled = on_input_journaled
         self._started = False
-        self._input_recorded = False
         self._partial = ""
         self._waiting_for = f"engine {engine.id!r}"
-        self._inturn = InTurnCompaction(turn_id, sink, self.journal)  # staged boundaries
+        self._inturn: InTurnCompaction | None = None  # only with native compaction
+        self._mark = 0  # the sequence the history was read at
         self._budget = BudgetGuard(self.config.budget, self.journal, turn_id)
         self._usage = HeldUsage(sink, turn_id, model, engine.id)  # billed with its response
         self._first: list[str] = []  # the first step's id: its start is in the turn's append
@@ -163,7 +154,6 @@ class TurnDriver:
             except Exception as exc:  # noqa: BLE001 - a broken engine fails its turn only
                 error = f"the turn failed (engine {self.engine.id!r}): {type(exc).__name__}: {exc}"
         if self.finished:
-            self._on_input_journaled()
             return TurnOutcome(self.turn_id, None, last_text)
         if self.scope.cancelled_caught and self.abort_reason is None and timeout is not None:
             # The deadline passed (an interrupt or a close sets its reason before cancelling).
@@ -180,45 +170,37 @@ class TurnDriver:
 
     async def _end_aborted(self, reason: AbortReason, error: str | None) -> None:
         """Journal the end of an aborted turn: its input whatever happened, the partial
-        text, the error, then ``TurnAborted`` — the one place that composes them."""
-        events: list[Event] = []
-        if not self._started:
-            events.append(TurnStarted(self.turn_id))
-        if not self._input_recorded:
-            events += [ItemCompleted(self.turn_id, item) for item in self.inputs]
-        events += self._inturn.discard_staged()  # a boundary staged by the last step
-        if self._partial:
-            events.append(ItemCompleted(self.turn_id, AssistantMessage(self._partial, True)))
-        # Steering that came too late for a model call is kept: the next turn replays it.
-        events += [ItemCompleted(self.turn_id, UserMessage(t)) for t in self.inbox.close()]
-        if error is not None:
-            events.append(ErrorEvent(error, self.turn_id))
-        events.append(TurnAborted(self.turn_id, reason))
-        await self.sink.record(*events)
-        self._on_input_journaled()
+        text, steering that came too late for a model call, the error, then the end."""
+        end = turn_end(
+            self.turn_id,
+            reason,
+            unstarted=not self._started,
+            inputs=self.input.journal(self.inputs),
+            discarded=self._inturn.discard_staged() if self._inturn else (),  # staged last
+            partial=self._partial,
+            steering=self.inbox.close(),
+            error=error,
+        )
+        await self.sink.record(*end)
 
     # --- start and input -----------------------------------------------------------------------
 
     async def _begin(self) -> list[TranscriptItem]:
         """Journal the turn's start and input, compacting in between when due; return the
-        first model call's transcript. The input is journaled (its items, or
-        ``InputAccepted`` when a compaction comes first) before any model call;
-        ``on_input_journaled`` is called once it is persisted (with the first step's start)."""
+        first model call's transcript. The input is journaled (its items, or its acceptance
+        when a compaction comes first) with the start, before any model call (and, when
+        nothing can come between them, with the first step's start: one append)."""
         self._waiting_for = self.journal.store_name
-        history = await self.journal.replay_history()
+        history = await self._read_history()
         due = await auto_compaction_due(self.catalog, self.engine, self.model, history, self.inputs)
-        start: list[Event] = [TurnStarted(self.turn_id)]
-        if not due:
-            start += [ItemCompleted(self.turn_id, item) for item in self.inputs]
-            first = self._first = [] if self._budget.budget.enabled else [new_id("step")]
-            start += [ModelStepStarted(self.turn_id, s, self.model, self.engine.id) for s in first]
-        elif not self._input_accepted() and self._announce_input:
-            start.append(InputAccepted(self.turn_id, self.user_message.text))
-        await self.sink.record(*start)
+        first = self._first = [] if due or self._budget.budget.enabled else [new_id("step")]
+        await self.sink.record(
+            TurnStarted(self.turn_id),
+            *self.input.journal(None if due else self.inputs),
+            *(ModelStepStarted(self.turn_id, s, self.model, self.engine.id) for s in first),
+        )
         self._started = True
-        self._input_recorded = not due
-        await self._inturn.mark_turn_start()  # persisted; in-turn commits check from here
-        self._on_input_journaled()
+        self.input.journaled.set()
         if not due:
             return [*history, *self.inputs]
         try:
@@ -235,16 +217,22 @@ class TurnDriver:
                 )
         except CompactionError as exc:
             raise _TurnFailed(str(exc)) from exc
-        await self.sink.record(*(ItemCompleted(self.turn_id, item) for item in self.inputs))
-        self._input_recorded = True
+        await self.sink.record(*self.input.journal(self.inputs))
         return [*compacted, *self.inputs]
 
     async def _resume(self, step: ToolRunner, pending: PendingToolStep) -> list[TranscriptItem]:
         """Finish the calls a dead process left without results; return the transcript."""
-        self._started = self._input_recorded = True
-        self._on_input_journaled()
-        history = await self.journal.replay_history()
+        self._started = True
+        history = await self._read_history()
         return [*history, *await step.run(pending.calls, pending.states)]
+
+    async def _read_history(self) -> ReplayHistory:
+        """Read the replay history; in-turn commits check for others' items from its end."""
+        history = await self.journal.replay_history()
+        self._mark = history.sequence
+        if self.engine.supports_native_compaction:  # else no in-turn compaction work at all
+            self._inturn = InTurnCompaction(self.turn_id, self.sink, self.journal, self._mark)
+        return history
 
     # --- the steps -----------------------------------------------------------------------------
 
@@ -259,7 +247,7 @@ class TurnDriver:
         last_text: str | None = None
         while True:
             step = await self._model_step(history)
-            if self._inturn.current.preempted:  # a steer stopped a step holding a boundary
+            if step.preempted and self._inturn:  # a steer stopped a step holding a boundary
                 self._partial = ""
                 history += await self._inturn.preempted(step.text, self.inbox.take())
                 continue
@@ -282,9 +270,9 @@ class TurnDriver:
                 history += [*items, *messages]
                 continue
             self.finished = True
-            kept = [ItemCompleted(self.turn_id, UserMessage(t)) for t in steering]  # calls open
+            end = turn_end(self.turn_id, None, steering=steering, last_text=last_text)  # kept
             with anyio.CancelScope(shield=True):  # decided: the turn completes, whatever comes
-                await self._finish_step(items, [*kept, TurnComplete(self.turn_id, last_text)])
+                await self._finish_step(items, end)
             return last_text if last_text is not None else ""
 
     def _step_items(self, step: StepState) -> list[TranscriptItem]:
@@ -299,7 +287,8 @@ class TurnDriver:
         """Journal a completed step's items as one batch, followed by ``then`` (a staged
         in-turn boundary commits first in the same conditional append)."""
         self._partial = ""
-        await self._inturn.finish([*(ItemCompleted(self.turn_id, i) for i in items), *then])
+        events = [*(ItemCompleted(self.turn_id, i) for i in items), *then]
+        await (self._inturn.finish(events) if self._inturn else self.sink.record(*events))
 
     async def _model_step(self, history: Sequence[TranscriptItem]) -> StepState:
         """Call the model once (with retries); return the completed step or end the turn.
@@ -314,7 +303,6 @@ class TurnDriver:
             nonlocal step
             announced = self._first.pop() if self._first else None  # one append, not two
             step = StepState(announced or new_id("step"))
-            self._inturn.next_step()
             started = ModelStepStarted(self.turn_id, step.step_id, self.model, self.engine.id)
             await self.sink.record(*[] if announced else [started])
             self._waiting_for = f"engine {self.engine.id!r}"
@@ -338,13 +326,14 @@ class TurnDriver:
                     reliability=self.config.reliability,
                     retryable=lambda attempt: not attempt.produced,
                     before_retry=before_retry,
-                    preempt=self._inturn.preempt(steer),
+                    preempt=self._inturn.call(steer) if self._inturn else None,
                 )
         finally:
             await self._usage.settle()
         last = attempts[-1]
-        if self._inturn.ended(last, step.failure is not None, step.completed):
-            return step  # preempted: the boundary is discarded, the turn goes on
+        if self._inturn and self._inturn.ended(last, step.failure is not None, step.completed):
+            step.preempted = True  # the boundary is discarded, the turn goes on
+            return step
         if last.error is not None:
             error = last.error
             raise _TurnFailed(
@@ -383,8 +372,10 @@ class TurnDriver:
             step.items.append(ToolCallRecord(event.id, event.name, event.arguments))
         elif isinstance(event, Usage):
             await self._usage.hold(event.usage)  # billed with the next event, or at the end
-        elif is_boundary(event):
-            await self._inturn.stage(event)  # in-turn compaction: committed with the step
+        elif is_boundary(event):  # in-turn compaction: committed with the step
+            if self._inturn is None:  # an engine without compact_turn may compact in turn too
+                self._inturn = InTurnCompaction(self.turn_id, self.sink, self.journal, self._mark)
+            await self._inturn.stage(event)
         elif isinstance(event, ProviderMetadata):
             step.items.append(event)
         elif isinstance(event, Completed):

@@ -40,7 +40,7 @@ from roder_api.transcript import (
     UserMessage,
     is_compaction_boundary,
 )
-from roder_runtime.model._call import Attempt
+from roder_runtime.model._call import Attempt, PreemptSignal
 from roder_runtime.store._journal import Journal
 from roder_runtime.turn._seams import TurnSink
 
@@ -65,21 +65,19 @@ def _identity(boundary: ProviderMetadata) -> Any:
 
 
 class StagedBoundary:
-    """The boundary of one model step, staged until the step ends.
+    """The boundary of one model call, staged until its step ends.
 
     ``staged`` is set once a boundary arrived (the step is then preemptible by a steer);
-    pass the model call's own event, shared by its attempts, so that a watcher started
-    before an attempt's step exists still sees it. ``conflicting`` is set once a second,
-    different boundary arrived.
+    ``conflicting`` once a second, different boundary arrived. One per model call: an
+    attempt that staged a boundary produced output, so it is the call's last.
     """
 
-    def __init__(self, turn_id: str, staged: anyio.Event | None = None) -> None:
+    def __init__(self, turn_id: str) -> None:
         self.turn_id = turn_id
         self.boundary: ProviderMetadata | None = None
         self.conflicting = False
         self.settled = False
-        self.preempted = False
-        self.staged = staged if staged is not None else anyio.Event()
+        self.staged = anyio.Event()
 
     @property
     def pending(self) -> bool:
@@ -116,23 +114,20 @@ class PreemptWhileStaged:
     """A preempt signal for a model call: set once a steer came *and* a boundary is staged.
 
     ``steer`` is the event a ``Steer`` sets (the session's preempt block); ``staged`` the
-    model call's event that its steps set when they stage a boundary; ``current`` returns
-    the staged boundary of the step running now.
+    call's :class:`StagedBoundary`.
     """
 
-    def __init__(self, steer: Any, staged: anyio.Event, current: Any) -> None:
+    def __init__(self, steer: Any, staged: StagedBoundary) -> None:
         self._steer = steer
         self._staged = staged
-        self._current = current
 
     def is_set(self) -> bool:
-        """Return True when the running step holds a boundary and a steer arrived."""
-        staged: StagedBoundary = self._current()
-        return staged.pending and bool(self._steer.is_set())
+        """Return True when the call holds a boundary and a steer arrived."""
+        return self._staged.pending and bool(self._steer.is_set())
 
     async def wait(self) -> None:
         """Return once both happened."""
-        await self._staged.wait()
+        await self._staged.staged.wait()
         await self._steer.wait()
 
 
@@ -178,32 +173,25 @@ async def commit_step(
 class InTurnCompaction:
     """The in-turn compaction of one turn: what the turn driver asks at each of its seams.
 
-    It keeps the journal's mark (where the turn began), the staged boundary of the model
-    step running now, and why a boundary left staged when the turn ends is discarded.
+    Made for an engine with native compaction once the turn read its history (for any
+    other engine only when it streams a boundary). It keeps the journal's mark (the sequence
+    that history was read at), the staged boundary of the model call running now, and why
+    one left staged at the end is discarded.
     """
 
-    def __init__(self, turn_id: str, sink: TurnSink, journal: Journal) -> None:
+    def __init__(self, turn_id: str, sink: TurnSink, journal: Journal, mark: int) -> None:
         self.turn_id = turn_id
         self.sink = sink
         self.journal = journal
-        self.mark = 0
+        self.mark = mark
         self.current = StagedBoundary(turn_id)
         self.reason = DiscardReason.INTERRUPTED
-        self._call_staged = anyio.Event()
 
-    async def mark_turn_start(self) -> None:
-        """Wait until the turn's events so far are persisted; remember the journal's end."""
-        await self.sink.persisted()
-        self.mark = await self.journal.last_sequence()
-
-    def preempt(self, steer: Any) -> PreemptWhileStaged:
-        """Return the preempt signal of one model call (a steer counts once it is staged)."""
-        self._call_staged = anyio.Event()
-        return PreemptWhileStaged(steer, self._call_staged, lambda: self.current)
-
-    def next_step(self) -> None:
-        """Begin a model step (an attempt): nothing staged yet."""
-        self.current = StagedBoundary(self.turn_id, self._call_staged)
+    def call(self, steer: Any) -> PreemptSignal:
+        """Begin a model call (nothing staged); return its preempt signal: a steer counts
+        once a boundary is staged."""
+        self.current = StagedBoundary(self.turn_id)
+        return PreemptWhileStaged(steer, self.current)
 
     async def stage(self, boundary: ProviderMetadata) -> None:
         """Stage a boundary the step streamed (journaling ``CompactionStarted`` once)."""
@@ -214,7 +202,6 @@ class InTurnCompaction:
     def ended(self, attempt: Attempt, failed: bool, completed: bool) -> bool:
         """Note how the model call ended; return True when a steer preempted the step."""
         if attempt.preempted and self.current.pending:
-            self.current.preempted = True
             return True
         if attempt.failure is not None:
             self.reason = DiscardReason.DISCONNECTED

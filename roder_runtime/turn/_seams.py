@@ -70,8 +70,10 @@ class Inbox(Protocol):
 class ToolRunner(Protocol):
     """Runs one tool step: the calls of a model step, journaling their results in order."""
 
-    specs: Sequence[ToolSpec]
-    """The tools the model is offered."""
+    @property
+    def specs(self) -> Sequence[ToolSpec]:
+        """The tools the model is offered."""
+        ...
 
     left_pending: bool
     """True when a close left calls waiting for approval without results (the turn stays
@@ -106,6 +108,7 @@ class StepState:
     items: list[TranscriptItem] = field(default_factory=list)
     completed: bool = False
     failure: str | None = None
+    preempted: bool = False  # a steer stopped it while it held a staged boundary
 
 
 @dataclass
