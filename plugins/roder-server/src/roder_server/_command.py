@@ -10,7 +10,7 @@ import shutil
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 
 from roder_api.commands import Command, CommandContext
 from roder_api.errors import PluginSettingsError
@@ -138,6 +139,9 @@ async def _serve(
 
     async with AsyncExitStack() as stack:
         runtime, tenants = await stack.enter_async_context(open_tenant_runtimes(context, tokens))
+        # Every lazy plugin imported now, in a worker thread, before the app serves: the
+        # first run on an engine must not import its plugin on the event loop.
+        await anyio.to_thread.run_sync(load_plugins, [runtime, *tenants.values()])
         remote: RunDispatcher | None = None
         if settings.dispatch != INPROCESS:
             factory = find_dispatcher(settings.dispatch)
@@ -164,6 +168,17 @@ async def _serve(
                     await anyio.sleep(0.01)
                 print(announce, file=sys.stderr, flush=True)
     return 0
+
+
+def load_plugins(runtimes: Sequence[Any]) -> None:
+    """Import every lazy plugin of the runtimes' registries (``load_all``; blocking: call it
+    from a worker thread), so that no request imports one on the event loop."""
+    done: set[int] = set()
+    for runtime in runtimes:
+        registry = runtime.registry
+        if id(registry) not in done:
+            done.add(id(registry))
+            registry.load_all()
 
 
 @asynccontextmanager
