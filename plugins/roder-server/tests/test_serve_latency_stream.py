@@ -46,11 +46,11 @@ class Counted:
 
 def _sequences(chunks: Sequence[bytes]) -> list[int]:
     found = []
-    for chunk in chunks:
-        if chunk.startswith(b"id: "):
-            data = chunk.split(b"\ndata: ", 1)[1]
+    for message in b"".join(chunks).split(b"\n\n"):
+        if message.startswith(b"id: "):
+            data = message.split(b"\ndata: ", 1)[1]
             entry = orjson.loads(data)
-            assert int(chunk[4 : chunk.index(b"\n")]) == entry["sequence"]
+            assert int(message[4 : message.index(b"\n")]) == entry["sequence"]
             found.append(entry["sequence"])
     return found
 
@@ -60,7 +60,7 @@ async def _collect(
 ) -> None:
     async for chunk in stream:
         into.append(chunk)
-        if seen is not None and chunk.startswith(b"id: 3\n"):
+        if seen is not None and b"id: 3\n" in chunk:
             seen.set()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import ipaddress
 import os
 import re
@@ -142,6 +143,7 @@ async def _serve(
         # Every lazy plugin imported now, in a worker thread, before the app serves: the
         # first run on an engine must not import its plugin on the event loop.
         await anyio.to_thread.run_sync(load_plugins, [runtime, *tenants.values()])
+        tune_gc()
         remote: RunDispatcher | None = None
         if settings.dispatch != INPROCESS:
             factory = find_dispatcher(settings.dispatch)
@@ -179,6 +181,24 @@ def load_plugins(runtimes: Sequence[Any]) -> None:
         if id(registry) not in done:
             done.add(id(registry))
             registry.load_all()
+
+
+GC_THRESHOLDS = (10_000, 20, 20)
+"""The garbage collector's thresholds in a server process (CPython's are 700, 10, 10)."""
+
+
+def tune_gc() -> None:
+    """Tune the garbage collector for a long-lived server, once start-up is done.
+
+    What start-up made (modules, plugins, the registry) is frozen out of every later
+    collection (``gc.freeze``), and collections run less often: with CPython's defaults a
+    hundred streaming runs spent a seventh of the server's CPU collecting, in pauses of
+    20-50 ms of CPU (several times that in wall time on a loaded machine), straight into the
+    tail of every stream's latency. Cycles are still collected, every generation.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 @asynccontextmanager

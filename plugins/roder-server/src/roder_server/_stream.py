@@ -129,6 +129,8 @@ async def journal_stream(
     with _subscribe(store, thread_id) as feed:
         read = True
         while True:
+            batch: list[bytes] = []  # what is ready goes out as one write
+            ended = False
             if read:
                 feed.queue.clear()  # the read covers all of it
                 feed.stale = False
@@ -137,13 +139,12 @@ async def journal_stream(
                     if entry.sequence != after + 1:
                         break  # never skip: read again from the last sequence sent
                     after = entry.sequence
-                    yield sse_message(entry)
+                    batch.append(sse_message(entry))
                     if until_turn_end and isinstance(entry.event, (TurnComplete, TurnAborted)):
-                        return
-                if len(entries) >= _PAGE:
-                    continue
-                read = False
-            while feed.queue and not feed.stale:
+                        ended = True
+                        break
+                read = len(entries) >= _PAGE and not ended
+            while feed.queue and not feed.stale and not read and not ended:
                 live = feed.queue.popleft()
                 sequence = live.entry.sequence
                 if sequence <= after:
@@ -152,12 +153,18 @@ async def journal_stream(
                     read = True  # a gap (another process's append, an overflow): read it
                     break
                 after = sequence
-                yield live.message
+                batch.append(live.message)
                 if until_turn_end and isinstance(live.entry.event, (TurnComplete, TurnAborted)):
-                    return
+                    ended = True
+            if batch:
+                yield b"".join(batch)
+            if ended:
+                return
             if read or feed.stale:
                 read = True
                 continue
+            if feed.queue:
+                continue  # handed over while the batch was written
             last = await store.wait_for_events(thread_id, after, heartbeat_s)
             if feed.queue or feed.stale:
                 continue  # handed over meanwhile (the append that woke the wait)
