@@ -60,15 +60,24 @@ class _Live:
         return self._message
 
 
+LOCAL_S = 0.25
+"""How long after an append here a stream waits for the next one to be handed over, without
+asking the store (``wait_for_events``: a store call per wake). Another process's append to
+a thread busy here shows as a gap at the next append here, or is read within this long."""
+
+
 class _Feed:
     """What one stream is handed: live entries in append order, or ``stale`` (read the
-    store: entries were not handed over or dropped)."""
+    store: entries were not handed over or dropped); ``wake`` set at each hand-over,
+    ``local_at`` the time of the last."""
 
-    __slots__ = ("queue", "stale")
+    __slots__ = ("local_at", "queue", "stale", "wake")
 
     def __init__(self) -> None:
         self.queue: deque[_Live] = deque(maxlen=QUEUE_LIMIT)
         self.stale = False
+        self.wake = anyio.Event()
+        self.local_at = -LOCAL_S
 
 
 class _Fanout:
@@ -97,11 +106,14 @@ def _subscribe(store: ThreadStore, thread_id: str) -> Iterator[_Feed]:
 
         def deliver(entries: Sequence[JournalEvent]) -> None:
             live = [_Live(entry) for entry in entries]
+            now = anyio.current_time()
             for each in feeds:
                 if live:
                     each.queue.extend(live)
                 else:
                     each.stale = True
+                each.local_at = now
+                each.wake.set()
 
         fanout.forget[key] = wakeups.listen(thread_id, deliver)
     feeds.add(feed)
@@ -165,6 +177,12 @@ async def journal_stream(
                 continue
             if feed.queue:
                 continue  # handed over while the batch was written
+            if anyio.current_time() - feed.local_at < LOCAL_S:
+                # Busy here: the next append is handed over; no store call per event.
+                feed.wake = anyio.Event()
+                with anyio.move_on_after(LOCAL_S):
+                    await feed.wake.wait()
+                continue
             last = await store.wait_for_events(thread_id, after, heartbeat_s)
             if feed.queue or feed.stale:
                 continue  # handed over meanwhile (the append that woke the wait)
