@@ -59,17 +59,35 @@ from _serve_common import (  # noqa: E402
 CLIENTS = 16
 
 
-def runs_per_second(url: str, runs: int) -> float:
+def runs_per_second(url: str, runs: int, *, conversations: bool = False) -> float:
     """Return the runs per second ``CLIENTS`` threads get, each run on its own thread (made
-    before the clock starts, as for LangGraph; its last sequence known from then)."""
+    before the clock starts, as for LangGraph; its last sequence known from then).
+
+    ``conversations``: each client posts its runs one after another on one thread of its
+    own instead (PostgreSQL: a thread's lease holds a connection while its session is
+    open, and a fresh thread a run kept a hundred open at once, over the server's limit).
+    """
     with httpx.Client(base_url=url, timeout=60) as c:
-        made = [c.post("/v1/threads", json={}).json() for _ in range(runs)]
+        made = [
+            c.post("/v1/threads", json={}).json() for _ in range(CLIENTS if conversations else runs)
+        ]
     last = {m["thread_id"]: m["last_sequence"] for m in made}
 
     def one(tid: str) -> None:
-        stream_run(url, tid, "hello there", lambda _: None, after=last[tid])
+        def seen(entry: dict[str, Any]) -> None:
+            last[tid] = entry["sequence"]
 
-    return timed_runs(one, list(last))
+        stream_run(url, tid, "hello there", seen, after=last[tid])
+
+    if not conversations:
+        return timed_runs(one, list(last))
+    each = runs // CLIENTS
+
+    def many(tid: str) -> None:
+        for _ in range(each):
+            one(tid)
+
+    return timed_runs(many, list(last)) * each
 
 
 def timed_runs(run_one: Callable[[str], None], threads: list[str]) -> float:
@@ -210,7 +228,7 @@ def measure(quick: bool, langgraph: str | None = None) -> dict[str, Any]:
             try:
                 with pg:
                     result["postgres_2_workers_runs_per_s"] = statistics.median(
-                        runs_per_second(pg.url, runs) for _ in range(repeats)
+                        runs_per_second(pg.url, runs, conversations=True) for _ in range(repeats)
                     )
             finally:
                 pg.drop_schema()
@@ -262,7 +280,7 @@ def print_table(result: dict[str, Any]) -> None:
             "-",
         ),
         (
-            "runs/s, 2 workers (PostgreSQL)",
+            "runs/s, 2 workers (PostgreSQL; 16 conversations)",
             f"{result['postgres_2_workers_runs_per_s']:.1f}"
             if "postgres_2_workers_runs_per_s" in result
             else result.get("postgres_note", "-"),

@@ -6,11 +6,13 @@ process makes: each append's entries are handed to the thread's streams in memor
 it is durable (``AppendWakeups.listen``), encoded as SSE once for all of them, so a live
 event costs no store read per stream. Any gap (a sequence that does not follow the last
 one sent), an append whose entries were not handed over, an overflow of a slow stream's
-queue, or an append by another process (found by ``ThreadStore.wait_for_events``: a poll
-or ``LISTEN/NOTIFY``) sends the stream back to the store. Sequences are strictly
-increasing with no gap: a reconnect with ``Last-Event-ID: N`` (or ``?after=N``)
-continues at ``N + 1`` from any process. A ``: keepalive`` comment goes out each time a
-wait (bounded by ``heartbeat_s``) ends with nothing new.
+queue, or an append by another process (a gap at the next append here, or found by
+``ThreadStore.wait_for_events``: a poll or ``LISTEN/NOTIFY``, which a stream asks only once
+the thread has been quiet here for :data:`LOCAL_S`) sends the stream back to the store.
+What is ready goes out as one write. Sequences are strictly increasing with no gap: a
+reconnect with ``Last-Event-ID: N`` (or ``?after=N``) continues at ``N + 1`` from any
+process. A ``: keepalive`` comment goes out each time a wait (bounded by ``heartbeat_s``)
+ends with nothing new.
 """
 
 from __future__ import annotations
