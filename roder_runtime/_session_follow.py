@@ -36,9 +36,6 @@ _WAIT_S = 5.0
 """How long one wait for new events lasts (then it is renewed; closing ends it sooner)."""
 _RETRY_S = 1.0
 """The pause after the store failed to answer, before following again."""
-_LOCAL_S = 0.25
-"""How long after an append in this process the next is awaited without a store call
-(another process's append to a thread busy here is then read at the next gap, or after)."""
 _HANDED = 4096
 """How many appended entries a following session holds until it takes them (past it the
 oldest go, and it reads them back from the store)."""
@@ -142,29 +139,18 @@ class JournalFollowing:
         # Until the session closes (it cancels the scope): take what others journaled.
         # Appends made in this process (this session's own, mostly) are handed over when
         # durable (AppendWakeups.listen), so they are not read back; any gap is read.
-        # While appends are made here, the next is waited for without a store call.
         journal = self.journal
         handed: deque[JournalEvent] = deque(maxlen=_HANDED)
-        local = _Local()
-
-        def take(entries: Sequence[JournalEvent]) -> None:
-            handed.extend(entries)
-            local.at = anyio.current_time()
-            local.wake.set()
-
-        forget = journal.store.append_wakeups.listen(self.thread_id, take)
+        forget = journal.store.append_wakeups.listen(self.thread_id, handed.extend)
         try:
             with self._follow_scope:
                 while True:
                     try:
                         if handed and handed[-1].sequence > after:
-                            last = handed[-1].sequence
-                        elif anyio.current_time() - local.at < _LOCAL_S:
-                            local.wake = anyio.Event()
-                            with anyio.move_on_after(_LOCAL_S):
-                                await local.wake.wait()
-                            continue
+                            last = handed[-1].sequence  # handed over: no store call
                         else:
+                            # Never waited out locally: another process's input must be
+                            # seen before input submitted here later (journal order).
                             last = await journal.store.wait_for_events(
                                 self.thread_id, after, _WAIT_S
                             )
@@ -185,14 +171,6 @@ class JournalFollowing:
                         after = entry.sequence
         finally:
             forget()
-
-
-class _Local:
-    """When this process last appended to the followed thread, and the event it sets."""
-
-    def __init__(self) -> None:
-        self.at = -_LOCAL_S
-        self.wake = anyio.Event()
 
 
 def _contiguous(handed: deque[JournalEvent], after: int, last: int) -> list[JournalEvent] | None:
