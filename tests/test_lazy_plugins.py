@@ -193,8 +193,7 @@ def test_an_id_two_plugins_declare_is_an_error_naming_both(modules: Path) -> Non
 # bounded a little above what the command imports now (Python 3.11: --help 182, threads
 # list 340, prompt 451; before the runtime's imports were made lazy 311, 402, 490, and
 # before JSONL's fsck, filelock and the kit's SQL pieces were imported on first use
-# 182, 373, 479): a new eager
-# import shows up here.
+# 182, 373, 479): a new eager import shows up here.
 MODULE_BOUNDS = {("--help",): 200, ("threads", "list"): 360, ("prompt", "hi"): 470}
 
 
