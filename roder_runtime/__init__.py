@@ -10,10 +10,10 @@ _runtime may import: config, store, model, tools, compaction, session.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from roder_api import __version__ as _api_version
+from roder_api import lazy_exports
 
 if TYPE_CHECKING:
     from roder_runtime._runtime import DEFAULT_ENGINE, Runtime
@@ -81,15 +81,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name on first use (PEP 562); ``roder_runtime.threads`` is a module."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'roder_runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -20,8 +20,9 @@ May import: store, _runtime.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from roder_api import lazy_exports
 
 if TYPE_CHECKING:
     from roder_runtime.threads._export import ExportFormat, ThreadExport, export_thread
@@ -79,18 +80,7 @@ _HOMES = {
         "read_journal",
     ),
 }
-_LAZY = {name: module for module, names in _HOMES.items() for name in names}
+_LAZY = {name: f"{__name__}.{module}" for module, names in _HOMES.items() for name in names}
 
 
-def __getattr__(name: str) -> Any:
-    """Import an operation on first use (PEP 562): listing threads imports no migration."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'roder_runtime.threads' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

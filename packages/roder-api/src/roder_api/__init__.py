@@ -7,9 +7,9 @@ The registry names and :mod:`roder_api.codec` are imported on first use (PEP 562
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from roder_api._exports import lazy_exports
 from roder_api._markers import hookimpl, hookspec
 
 if TYPE_CHECKING:
@@ -25,6 +25,7 @@ __all__ = [
     "__version__",
     "hookimpl",
     "hookspec",
+    "lazy_exports",
 ]
 
 _LAZY = {
@@ -35,17 +36,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Import a lazily re-exported name on first use (PEP 562)."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'roder_api' has no attribute {name!r}")
-    value = importlib.import_module(module)
-    if name != "codec":
-        value = getattr(value, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from roder_api import lazy_exports
 from roder_jsonl_thread_store._store import (
     DURABILITY_MODES,
     JsonlThreadStore,
@@ -22,13 +23,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in ("ThreadCheck", "ThreadRepair"):
-        from roder_jsonl_thread_store import _fsck
-
-        return getattr(_fsck, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {name: "roder_jsonl_thread_store._fsck" for name in ("ThreadCheck", "ThreadRepair")},
+)

@@ -8,8 +8,9 @@ and the tools of a server that dies answer with error results (:class:`McpServer
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from roder_api import lazy_exports
 from roder_mcp._settings import McpSettingsError, ServerSettings
 
 if TYPE_CHECKING:
@@ -30,13 +31,7 @@ _LATER = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LATER.get(name)
-    if module is None:
-        raise AttributeError(f"module 'roder_mcp' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = lazy_exports(__name__, _LATER)
 
 
 __version__ = "0.1.0"

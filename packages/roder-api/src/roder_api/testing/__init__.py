@@ -7,8 +7,9 @@ lazily so that importing this package does not need pytest.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from roder_api._exports import lazy_exports
 from roder_api.testing._memory import MemoryData, MemoryThreadStore, MemoryThreadStoreFactory
 from roder_api.testing._scripted import (
     Delay,
@@ -33,16 +34,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Return the conformance kits on first use (they import pytest)."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = [
