@@ -136,9 +136,12 @@ def test_a_killed_worker_is_replaced_and_the_server_lives(
         for reader in readers.values():
             reader.close()
     said = "".join(server.stderr)
-    assert f"worker {victim} " in said, said
+    assert f"worker {victim} died (signal SIGKILL)" in said, said
     print(f"\n{backend}: the dead worker's turn was closed {answered_s:.2f} s after its SIGKILL")
+    workers = server.worker_pids()
+    # A clean stop (SIGTERM to the supervisor) still stops every worker, the new one too.
     assert server.stop() == 0
+    assert [pid for pid in workers if Path(f"/proc/{pid}").exists()] == [], workers
 
 
 def test_a_worker_that_cannot_start_stops_the_server(tmp_path: Path) -> None:
