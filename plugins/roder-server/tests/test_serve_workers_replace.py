@@ -34,7 +34,7 @@ from serve_support import (
 
 pytestmark = pytest.mark.slow
 
-LONG = " ".join(f"w{i}" for i in range(200))  # ~4 s at 20 ms a word
+LONG = " ".join(f"w{i}" for i in range(300))  # ~6 s at 20 ms a word
 SHORT = "a short answer"
 CRASH_REASONS = {"process_exited"}
 """How the crash rules close the turn the dead worker ran (never ``runtime_closed``: that
@@ -71,6 +71,7 @@ def _spread_long_runs(server: Server, pids: list[int]) -> dict[str, tuple[str, i
 
 def _streaming(reader: StreamReader, deltas: int = 5) -> bool:
     kinds = [m["event"] for m in reader.got]
+    assert "turn_complete" not in kinds, "the long turn ended before the kill"
     return "turn_started" in kinds and kinds.count("assistant_content_delta") >= deltas
 
 

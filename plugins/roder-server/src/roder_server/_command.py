@@ -247,6 +247,8 @@ def _say_ready(fd: int, *, served: bool) -> None:
     try:
         if served:
             os.write(fd, b"1")
+    except OSError:
+        pass  # the supervisor is gone: nobody to tell
     finally:
         os.close(fd)
 
@@ -304,7 +306,7 @@ class _Workers:
                 stop.cancel()
                 return
             self.failed_starts = 0 if served else self.failed_starts + 1
-            how = f"signal {signal.Signals(-status).name}" if status < 0 else f"code {status}"
+            how = _exit_status(status)
             what = "exited before it served" if not served else "died"
             if self.failed_starts >= START_FAILURES:
                 print(
@@ -355,6 +357,16 @@ class _Workers:
             if scope.cancelled_caught:
                 child.kill()
                 await child.wait()
+
+
+def _exit_status(status: int) -> str:
+    # "signal SIGKILL" for -9 (a number when the signal has no name), else "code N".
+    if status >= 0:
+        return f"code {status}"
+    try:
+        return f"signal {signal.Signals(-status).name}"
+    except ValueError:
+        return f"signal {-status}"
 
 
 async def _wait_ready(fd: int) -> bool:
