@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -170,18 +171,128 @@ def sse_events(response: httpx.Response) -> Any:
             yield orjson.loads(line[5:])
 
 
+_CLIENTS = threading.local()
+
+
+def thread_client(url: str) -> httpx.Client:
+    """Return this thread's client of ``url``, kept open (keep-alive) for the thread's life:
+    what a real client does, and the same for every server a benchmark compares."""
+    clients: dict[str, httpx.Client] | None = getattr(_CLIENTS, "clients", None)
+    if clients is None:
+        clients = _CLIENTS.clients = {}
+    client = clients.get(url)
+    if client is None:
+        client = clients[url] = httpx.Client(base_url=url, timeout=httpx.Timeout(60, read=60))
+    return client
+
+
 def stream_run(
-    url: str, thread_id: str, text: str, on_event: Callable[[dict[str, Any]], None]
+    url: str,
+    thread_id: str,
+    text: str,
+    on_event: Callable[[dict[str, Any]], None],
+    *,
+    after: int | None = None,
 ) -> None:
-    """Post a run and read its events from the stream until the turn ends."""
-    with httpx.Client(base_url=url, timeout=httpx.Timeout(60, read=60)) as c:
+    """Post a run and read its events from the stream until the turn ends (``after``: the
+    thread's last sequence when the caller knows it, else it is asked for)."""
+    c = thread_client(url)
+    if after is None:
         after = c.get(f"/v1/threads/{thread_id}").json()["last_sequence"]
-        response = c.post(f"/v1/threads/{thread_id}/runs", json={"input": text})
-        assert response.status_code == 202, response.text
-        params = {"after": after, "until": "turn_end"}
-        with c.stream("GET", f"/v1/threads/{thread_id}/stream", params=params) as stream:
-            for entry in sse_events(stream):
-                on_event(entry)
+    response = c.post(f"/v1/threads/{thread_id}/runs", json={"input": text})
+    assert response.status_code == 202, response.text
+    params = {"after": after, "until": "turn_end"}
+    with c.stream("GET", f"/v1/threads/{thread_id}/stream", params=params) as stream:
+        for entry in sse_events(stream):
+            on_event(entry)
+
+
+async def _http(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    method: str,
+    path: str,
+    body: Any = None,
+) -> tuple[int, dict[str, str]]:
+    """Send one HTTP/1.1 request on an open connection; return the status and headers."""
+    data = orjson.dumps(body) if body is not None else b""
+    head = f"{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Length: {len(data)}\r\n"
+    if body is not None:
+        head += "Content-Type: application/json\r\n"
+    writer.write(head.encode() + b"\r\n" + data)
+    lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            name, value = line.split(":", 1)
+            headers[name.strip().lower()] = value.strip()
+    return int(lines[0].split()[1]), headers
+
+
+async def _chunks(reader: asyncio.StreamReader) -> Any:
+    """Yield the chunks of a chunked response body until its last chunk."""
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+        if size == 0:
+            await reader.readuntil(b"\r\n")
+            return
+        chunk = await reader.readexactly(size + 2)
+        yield chunk[:-2]
+
+
+async def _stream_run_async(
+    host: str,
+    port: int,
+    thread_id: str,
+    text: str,
+    on_event: Callable[[dict[str, Any], float], None],
+) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
+    sse_reader, sse_writer = await asyncio.open_connection(host, port)
+    try:
+        status, headers = await _http(reader, writer, "GET", f"/v1/threads/{thread_id}")
+        after = orjson.loads(await reader.readexactly(int(headers["content-length"])))
+        # The stream is open (its `retry:` arrived) before the run is posted, as a
+        # streaming client (EventSource) does and as the in-process consumer is.
+        path = f"/v1/threads/{thread_id}/stream?after={after['last_sequence']}&until=turn_end"
+        status, headers = await _http(sse_reader, sse_writer, "GET", path)
+        assert status == 200 and headers.get("transfer-encoding") == "chunked", status
+        chunks = _chunks(sse_reader)
+        pending = await anext(chunks)
+        assert pending.startswith(b"retry:"), pending
+        run = {"input": text}
+        status, headers = await _http(reader, writer, "POST", f"/v1/threads/{thread_id}/runs", run)
+        answer = await reader.readexactly(int(headers["content-length"]))
+        assert status == 202, answer
+        async for chunk in chunks:
+            arrived = time.time()
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                if line.startswith(b"data:"):
+                    on_event(orjson.loads(line[5:]), arrived)
+    finally:
+        writer.close()
+        sse_writer.close()
+
+
+def stream_runs_at_once(
+    url: str,
+    thread_ids: list[str],
+    text: str,
+    on_event: Callable[[dict[str, Any], float], None],
+) -> None:
+    """On each thread at once: open its stream, post a run, read the stream until the turn
+    ends; from one event loop (raw HTTP/1.1, two connections a thread): a client that adds
+    little of its own to the latency it measures. ``on_event(entry, arrived)`` gets each
+    journal event with the ``time.time()`` its chunk arrived."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+
+    async def main() -> None:
+        await asyncio.gather(
+            *(_stream_run_async(host, int(port), tid, text, on_event) for tid in thread_ids)
+        )
+
+    asyncio.run(main())
 
 
 def first_event_ms(url: str) -> float:

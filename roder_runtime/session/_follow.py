@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.abc
 
-from roder_api.events import InputAccepted, ToolApprovalDecided
+from roder_api.events import InputAccepted, JournalEvent, ToolApprovalDecided
 from roder_api.inference import ToolSpec
 from roder_api.transcript import ToolResultRecord
 from roder_runtime.session._ops import Op, Steer, UserInput
@@ -36,6 +36,9 @@ _WAIT_S = 5.0
 """How long one wait for new events lasts (then it is renewed; closing ends it sooner)."""
 _RETRY_S = 1.0
 """The pause after the store failed to answer, before following again."""
+_HANDED = 4096
+"""How many appended entries a following session holds until it takes them (past it the
+oldest go, and it reads them back from the store)."""
 
 
 class JournalFollowing:
@@ -139,21 +142,53 @@ class JournalFollowing:
 
     async def _follow_journal(self, after: int) -> None:
         # Until the session closes (it cancels the scope): take what others journaled.
+        # Appends made in this process (this session's own, mostly) are handed over when
+        # durable (AppendWakeups.listen), so they are not read back; any gap is read.
         journal = self.journal
-        with self._follow_scope:
-            while True:
-                try:
-                    last = await journal.store.wait_for_events(self.thread_id, after, _WAIT_S)
-                    if last <= after:
+        handed: deque[JournalEvent] = deque(maxlen=_HANDED)
+        forget = journal.store.append_wakeups.listen(self.thread_id, handed.extend)
+        try:
+            with self._follow_scope:
+                while True:
+                    try:
+                        if handed and handed[-1].sequence > after:
+                            last = handed[-1].sequence  # handed over: no store call
+                        else:
+                            # Never waited out locally: another process's input must be
+                            # seen before input submitted here later (journal order).
+                            last = await journal.store.wait_for_events(
+                                self.thread_id, after, _WAIT_S
+                            )
+                        if last <= after:
+                            continue
+                        entries = _contiguous(handed, after, last)
+                        if entries is None:
+                            entries = await journal.read_events(after=after)
+                    except Exception:  # noqa: BLE001 - a store hiccup: the turns report theirs
+                        await anyio.sleep(_RETRY_S)
                         continue
-                    entries = await journal.read_events(after=after)
-                except Exception:  # noqa: BLE001 - a store hiccup: the turns report their own
-                    await anyio.sleep(_RETRY_S)
-                    continue
-                for entry in entries:
-                    event = entry.event
-                    if isinstance(event, InputAccepted) and not event.steer:
-                        self.take_journaled_input(event.turn_id, event.text)
-                    elif isinstance(event, ToolApprovalDecided):
-                        self.take_journaled_decision(event)
-                    after = self._followed = entry.sequence
+                    for entry in entries:
+                        event = entry.event
+                        if isinstance(event, InputAccepted) and not event.steer:
+                            self.take_journaled_input(event.turn_id, event.text)
+                        elif isinstance(event, ToolApprovalDecided):
+                            self.take_journaled_decision(event)
+                        after = self._followed = entry.sequence
+        finally:
+            forget()
+
+
+def _contiguous(handed: deque[JournalEvent], after: int, last: int) -> list[JournalEvent] | None:
+    """Take the handed-over entries ``after + 1 .. last`` (dropping older ones); None when
+    they are not all there in order (read the journal instead)."""
+    while handed and handed[0].sequence <= after:
+        handed.popleft()
+    if not handed or handed[0].sequence != after + 1:
+        return None
+    taken: list[JournalEvent] = []
+    while handed and handed[0].sequence <= last:
+        entry = handed.popleft()
+        if entry.sequence != after + 1 + len(taken):
+            return None
+        taken.append(entry)
+    return taken if taken and taken[-1].sequence == last else None

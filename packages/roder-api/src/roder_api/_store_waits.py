@@ -9,9 +9,10 @@ loop); the poll stays, for appends by other processes.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, TypeAlias
 
 import anyio
 import anyio.lowlevel
@@ -79,6 +80,10 @@ def open_turns(entries: Iterable[JournalEvent]) -> set[str]:
     return set(open_turns_after((), entries))
 
 
+AppendListener: TypeAlias = Callable[[Sequence[JournalEvent]], None]
+"""A callback of :meth:`AppendWakeups.listen`: the entries an append made durable."""
+
+
 class _Waiter:
     """One task waiting on a thread: its event, its event loop, the sequence it was woken
     with (0 until then)."""
@@ -97,11 +102,13 @@ class AppendWakeups:
     An event belongs to its event loop: :meth:`wake` sets only the waiters of the loop it
     is called from (where the append ran); a waiter of another loop or thread is not
     touched and finds the append by its poll, as a waiter in another process does.
+    :meth:`listen` callbacks get the appended entries themselves (same loop only).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiters: dict[str, list[_Waiter]] = {}
+        self._listeners: dict[str, list[tuple[object, AppendListener]]] = {}
 
     def add(self, thread_id: str) -> _Waiter:
         """Return a new waiter of ``thread_id`` (in the current event loop)."""
@@ -119,13 +126,40 @@ class AppendWakeups:
                 if not waiters:
                     del self._waiters[thread_id]
 
-    def wake(self, thread_id: str, last_sequence: int) -> None:
-        """Wake this loop's waiters of ``thread_id``: its journal now ends at ``last_sequence``."""
-        if thread_id not in self._waiters:  # the common case, read without the lock
-            return
+    def listen(self, thread_id: str, callback: AppendListener) -> Callable[[], None]:
+        """Call ``callback(entries)`` on each append to ``thread_id`` that this store makes in
+        the current event loop, once it is durable and before its waiters wake; return the
+        function that stops it. ``entries`` is empty when the store did not say what it
+        appended (read them). Appends by other loops or processes are not seen here."""
+        item = (anyio.lowlevel.current_token(), callback)
+        with self._lock:
+            self._listeners.setdefault(thread_id, []).append(item)
+
+        def forget() -> None:
+            with self._lock:
+                found = self._listeners.get(thread_id)
+                if found is not None and item in found:
+                    found.remove(item)
+                    if not found:
+                        del self._listeners[thread_id]
+
+        return forget
+
+    def wake(
+        self, thread_id: str, last_sequence: int, entries: Sequence[JournalEvent] = ()
+    ) -> None:
+        """Wake this loop's waiters of ``thread_id``: its journal now ends at ``last_sequence``
+        (``entries``: what was appended, for the :meth:`listen` callbacks)."""
+        if thread_id not in self._waiters and thread_id not in self._listeners:
+            return  # the common case, read without the lock
         with self._lock:
             waiters = list(self._waiters.get(thread_id, ()))
+            listeners = list(self._listeners.get(thread_id, ()))
         token = anyio.lowlevel.current_token()
+        for owner, callback in listeners:
+            if owner == token:
+                with contextlib.suppress(Exception):  # the append is durable: never fail it
+                    callback(entries)
         for waiter in waiters:
             if waiter.token == token:
                 waiter.last = max(waiter.last, last_sequence)

@@ -383,16 +383,16 @@ class ThreadStore(ABC):
             self._append_wakeups = AppendWakeups()
         return self._append_wakeups
 
-    def notify_appended(self, thread_id: str, last_sequence: int) -> None:
+    def notify_appended(
+        self, thread_id: str, last_sequence: int, entries: Sequence[JournalEvent] = ()
+    ) -> None:
         """Wake this process's :meth:`wait_for_events` waiters of ``thread_id`` at once.
 
-        Call it (on the event loop) once an append is durable; ``last_sequence`` is the
-        thread's new last sequence. The store kit's :class:`BlockingThreadStore` and the
-        ``MemoryThreadStore`` call it; a store of its own calls it after its append (or its
-        waiters find the append by the poll, within ``wait_poll_s[1]``).
-        """
+        Call it on the event loop once an append is durable (``entries``: the batch, for
+        ``AppendWakeups.listen``). The kit's stores call it; a store of its own calls it
+        after its append (or its waiters find the append by the poll, ``wait_poll_s[1]``)."""
         if self._append_wakeups is not None:
-            self._append_wakeups.wake(thread_id, last_sequence)
+            self._append_wakeups.wake(thread_id, last_sequence, entries)
 
     async def wait_for_events(self, thread_id: str, after_sequence: int, timeout_s: float) -> int:
         """Return the thread's last sequence once it is above ``after_sequence``, or after

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import ipaddress
 import os
 import re
@@ -10,7 +11,7 @@ import shutil
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 
 from roder_api.commands import Command, CommandContext
 from roder_api.errors import PluginSettingsError
@@ -160,6 +162,10 @@ async def _serve(
 
     async with AsyncExitStack() as stack:
         runtime, tenants = await stack.enter_async_context(open_tenant_runtimes(context, tokens))
+        # Every lazy plugin imported now, in a worker thread, before the app serves: the
+        # first run on an engine must not import its plugin on the event loop.
+        await anyio.to_thread.run_sync(load_plugins, [runtime, *tenants.values()])
+        tune_gc()
         remote: RunDispatcher | None = None
         if settings.dispatch != INPROCESS:
             factory = find_dispatcher(settings.dispatch)
@@ -189,6 +195,35 @@ async def _serve(
                 if ready_fd is not None:
                     _say_ready(ready_fd, served=server.started)
     return 0
+
+
+def load_plugins(runtimes: Sequence[Any]) -> None:
+    """Import every lazy plugin of the runtimes' registries (``load_all``; blocking: call it
+    from a worker thread), so that no request imports one on the event loop."""
+    done: set[int] = set()
+    for runtime in runtimes:
+        registry = runtime.registry
+        if id(registry) not in done:
+            done.add(id(registry))
+            registry.load_all()
+
+
+GC_THRESHOLDS = (10_000, 20, 20)
+"""The garbage collector's thresholds in a server process (CPython's are 700, 10, 10)."""
+
+
+def tune_gc() -> None:
+    """Tune the garbage collector for a long-lived server, once start-up is done.
+
+    What start-up made (modules, plugins, the registry) is frozen out of every later
+    collection (``gc.freeze``), and collections run less often: with CPython's defaults a
+    hundred streaming runs spent a seventh of the server's CPU collecting, in pauses of
+    20-50 ms of CPU (several times that in wall time on a loaded machine), straight into the
+    tail of every stream's latency. Cycles are still collected, every generation.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 @asynccontextmanager

@@ -265,7 +265,7 @@ class BlockingThreadStore(ThreadStore):
         self.check_open()
         entries = await self.submit_append(thread_id, list(events), payloads, expected)
         if entries:
-            self.notify_appended(thread_id, entries[-1].sequence)
+            self.notify_appended(thread_id, entries[-1].sequence, entries)
         return entries
 
     async def import_events(self, thread_id: str, entries: Sequence[JournalEvent]) -> None:
@@ -277,7 +277,7 @@ class BlockingThreadStore(ThreadStore):
         check_consecutive(thread_id, entries)
         payloads = dumps_each([entry.event for entry in entries])
         await self.run_sync(self.import_sync, thread_id, list(entries), payloads)
-        self.notify_appended(thread_id, entries[-1].sequence)
+        self.notify_appended(thread_id, entries[-1].sequence, entries)
 
     async def read_events(
         self, thread_id: str, *, after: int = 0, limit: int | None = None

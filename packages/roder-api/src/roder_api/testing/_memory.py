@@ -202,7 +202,7 @@ class MemoryThreadStore(ThreadStore):
             now = _now_ms()
             entries = [JournalEvent(last + 1 + i, now, e) for i, e in enumerate(events)]
             self._commit(thread, entries, payloads)
-        self.notify_appended(thread_id, entries[-1].sequence)
+        self.notify_appended(thread_id, entries[-1].sequence, entries)
         return entries
 
     async def import_events(self, thread_id: str, entries: Sequence[JournalEvent]) -> None:
@@ -221,7 +221,7 @@ class MemoryThreadStore(ThreadStore):
                     thread_id, thread.last_sequence + 1, entries[0].sequence
                 )
             self._commit(thread, entries, payloads)
-        self.notify_appended(thread_id, entries[-1].sequence)
+        self.notify_appended(thread_id, entries[-1].sequence, entries)
 
     async def read_events(
         self, thread_id: str, *, after: int = 0, limit: int | None = None
