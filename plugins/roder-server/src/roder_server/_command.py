@@ -122,8 +122,7 @@ async def run(args: argparse.Namespace, context: CommandContext) -> int:
     line = f"roder serve: listening on http://{shown}:{port}"
     if settings.workers == 1:
         return await _serve(sock, settings, tokens, context, announce=line)
-    print(line, file=sys.stderr, flush=True)
-    return await _supervise(sock, settings, context)
+    return await _supervise(sock, settings, context, announce=line)
 
 
 def listen_socket(host: str, port: int) -> tuple[socket.socket, socket.AddressFamily]:
@@ -276,6 +275,10 @@ that exited before it served, up to :data:`RESTART_DELAY_MAX_S`."""
 RESTART_DELAY_MAX_S = 8.0
 """The longest delay before a replacement starts."""
 
+ANNOUNCE_WAIT_S = 60.0
+"""How long the listening line waits for every worker to serve (a worker slow to start
+does not hide it from those that serve)."""
+
 
 def _say_ready(fd: int, *, served: bool) -> None:
     # Tells the supervisor this worker serves (a byte), or not (the pipe closed empty).
@@ -288,9 +291,13 @@ def _say_ready(fd: int, *, served: bool) -> None:
         os.close(fd)
 
 
-async def _supervise(sock: socket.socket, settings: ServerSettings, context: CommandContext) -> int:
+async def _supervise(
+    sock: socket.socket, settings: ServerSettings, context: CommandContext, *, announce: str
+) -> int:
     """Run ``settings.workers`` processes on the one listening socket until SIGINT or
-    SIGTERM, then stop them all; return the exit code.
+    SIGTERM, then stop them all; return the exit code. ``announce`` (the listening line)
+    is printed once every worker serves (or failed to start; :data:`ANNOUNCE_WAIT_S` at
+    most) and one does, so that a client that reads it finds all of them answering.
 
     A worker that dies while the server runs (a signal, a non-zero code) is replaced after
     a short delay; the others serve on untouched, and the runs the dead one held are
@@ -306,11 +313,12 @@ async def _supervise(sock: socket.socket, settings: ServerSettings, context: Com
     command += ["serve", "--listen-fd", str(sock.fileno()), "--workers", "1"]
     command += ["--host", settings.host, "--port", str(settings.port)]
     command += ["--dispatch", settings.dispatch]
-    workers = _Workers(command, sock.fileno())
+    workers = _Workers(command, sock.fileno(), settings.workers)
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with anyio.create_task_group() as tg:
             for _ in range(settings.workers):
                 tg.start_soon(workers.keep_one, tg.cancel_scope)
+            tg.start_soon(workers.announce, announce)
             async for _ in signals:
                 tg.cancel_scope.cancel()
                 break
@@ -321,9 +329,14 @@ async def _supervise(sock: socket.socket, settings: ServerSettings, context: Com
 class _Workers:
     """The supervisor's worker processes: each :meth:`keep_one` keeps one running."""
 
-    def __init__(self, command: list[str], listen_fd: int) -> None:
+    def __init__(self, command: list[str], listen_fd: int, count: int) -> None:
         self.command = command
         self.listen_fd = listen_fd
+        self.starting = count
+        """The first workers whose start has not ended yet (served, or exited)."""
+        self.started = anyio.Event()
+        self.serving = anyio.Event()
+        """Set once any worker served."""
         self.running: set[anyio.abc.Process] = set()
         self.failed_starts = 0
         """Workers in a row that exited before they served."""
@@ -332,9 +345,17 @@ class _Workers:
     async def keep_one(self, stop: anyio.CancelScope) -> None:
         """Run a worker; replace it whenever it dies, until the server stops (``stop``
         cancelled) or :data:`START_FAILURES` in a row never served."""
+        first = True
         while True:
             child, ready = await self._start()
             served = await _wait_ready(ready)
+            if served:
+                self.serving.set()
+            if first:
+                first = False
+                self.starting -= 1
+                if not self.starting:
+                    self.started.set()
             status = await child.wait()
             self.running.discard(child)
             if status == 0:
@@ -360,6 +381,14 @@ class _Workers:
                 flush=True,
             )
             await anyio.sleep(delay)
+
+    async def announce(self, line: str) -> None:
+        """Print ``line`` once the first workers' starts ended and one of them serves
+        (never, when none ever does: the server stops saying why)."""
+        with anyio.move_on_after(ANNOUNCE_WAIT_S):
+            await self.started.wait()
+        await self.serving.wait()
+        print(line, file=sys.stderr, flush=True)
 
     async def _start(self) -> tuple[anyio.abc.Process, int]:
         """Start a worker; return it and the read end of its ready pipe."""
