@@ -81,7 +81,7 @@ def measure(
     found = _command(command)
     if found is None:
         return {
-            "note": "langgraph-cli[inmem] is not installed (the bench extra, or a venv named "
+            "note": "langgraph-cli[inmem] is not installed (give it a venv of its own, named "
             f"by --langgraph / ${LANGGRAPH_ENV}): skipped"
         }
     command = found

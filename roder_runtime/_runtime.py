@@ -30,7 +30,6 @@ from roder_api.transcript import ToolResultRecord, TranscriptItem
 from roder_runtime.compaction._estimates import sum_usage_by_purpose
 from roder_runtime.config._check import load_registry
 from roder_runtime.config._config import RuntimeConfig, load_config
-from roder_runtime.model._call import PreemptSignal
 from roder_runtime.model._catalog import DEFAULT_ENGINE, ModelCatalog
 from roder_runtime.model._ids import new_id
 from roder_runtime.session._ops import SessionStart, UserInput
@@ -47,6 +46,7 @@ from roder_runtime.store._observers import ObserverHub
 if TYPE_CHECKING:  # sessions and compaction are imported when used: `threads list` needs none
     from roder_api.threads import EventPage, ThreadPage, ThreadSnapshot, ThreadStore
     from roder_runtime.compaction._compaction import CompactionResult
+    from roder_runtime.model._call import PreemptSignal
     from roder_runtime.session._session import Session
 
 __all__ = ["DEFAULT_ENGINE", "Emit", "Runtime", "load_registry"]

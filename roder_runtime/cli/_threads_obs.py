@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from roder_runtime.cli._common import (
@@ -23,6 +22,8 @@ from roder_runtime.cli._common import (
 from roder_runtime.cli._ids import resolve_thread_id
 
 if TYPE_CHECKING:  # imported when the command runs: `roder threads list` needs neither
+    from decimal import Decimal
+
     from roder_api.events import JournalEvent
     from roder_runtime._runtime import Runtime
     from roder_runtime.turn._cost import CostRow, PricedUsage
@@ -109,6 +110,8 @@ async def trace_command(args: argparse.Namespace) -> int:
 
 async def cost_command(args: argparse.Namespace) -> int:
     """Print what a thread (or every thread) cost, grouped."""
+    from decimal import Decimal
+
     from roder_runtime.threads import all_threads
     from roder_runtime.turn._cost import group, priced_lines, unpriced_models
 

@@ -25,6 +25,19 @@ async def test_a_healthy_thread_checks_ok(factory: JsonlThreadStoreFactory) -> N
     await store.aclose()
 
 
+def test_the_check_results_are_importable_from_the_package_as_before() -> None:
+    # fsck's module is imported on first use (PEP 562): the names keep their homes.
+    import roder_jsonl_thread_store
+    from roder_jsonl_thread_store import _store
+
+    for name in ("ThreadCheck", "ThreadRepair"):
+        assert name in dir(roder_jsonl_thread_store)
+        value = getattr(roder_jsonl_thread_store, name)
+        assert value is getattr(_store, name) and value.__module__.endswith("._fsck")
+    with pytest.raises(AttributeError, match="no attribute 'ThreadChecks'"):
+        roder_jsonl_thread_store.ThreadChecks  # noqa: B018
+
+
 async def test_a_sequence_gap_is_found_and_its_tail_quarantined(
     factory: JsonlThreadStoreFactory,
 ) -> None:

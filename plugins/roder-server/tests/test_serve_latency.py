@@ -44,7 +44,7 @@ SPY = textwrap.dedent(
         return result
 
     ExtensionRegistry.load_all = spy
-    from roder_runtime._cli import main
+    from roder_runtime.cli import main
     sys.exit(main(sys.argv[2:]))
     """
 )

@@ -23,13 +23,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]  # the filelock fallback below takes over
 
-from filelock import FileLock
+if TYPE_CHECKING:  # imported where used: only where there is no fcntl (Windows)
+    from filelock import FileLock
 
 HAVE_FLOCK = fcntl is not None
 """True when sessions can be told alive or dead (POSIX ``flock``)."""
@@ -42,6 +44,8 @@ APPEND = os.O_WRONLY | os.O_APPEND
 
 def fallback_lock(path: str | Path) -> FileLock:  # pragma: no cover - Windows
     """Return the ``filelock`` lock standing in for ``flock`` on ``path`` (no ``fcntl``)."""
+    from filelock import FileLock
+
     return FileLock(f"{path}.lock")
 
 

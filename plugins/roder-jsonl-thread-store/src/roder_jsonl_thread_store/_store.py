@@ -12,7 +12,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from roder_api.errors import StoreError, ThreadNotFoundError
 from roder_api.events import Event, JournalEvent
@@ -40,9 +40,11 @@ from roder_jsonl_thread_store._core import (
     fsync_dir,
 )
 from roder_jsonl_thread_store._format import events_list
-from roder_jsonl_thread_store._fsck import JournalChecker, ThreadCheck, ThreadRepair
 from roder_jsonl_thread_store._reader import JournalReader
 from roder_jsonl_thread_store._writer import SYNC_WORKERS, Commit, JournalWriter
+
+if TYPE_CHECKING:  # fsck is imported when a check or repair first needs it (PEP 562 below)
+    from roder_jsonl_thread_store._fsck import JournalChecker, ThreadCheck, ThreadRepair
 
 __all__ = [
     "DURABILITY_MODES",
@@ -54,6 +56,15 @@ __all__ = [
     "ThreadCheck",
     "ThreadRepair",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # ThreadCheck and ThreadRepair live in fsck's module, imported on first use (PEP 562).
+    if name in ("ThreadCheck", "ThreadRepair"):
+        from roder_jsonl_thread_store import _fsck
+
+        return getattr(_fsck, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
@@ -79,9 +90,18 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
         self._core = StoreCore(base_path, durability, read_only=read_only)
         self._reader = JournalReader(self._core)
         self._writer = JournalWriter(self._core, self._reader)
-        self._checker = JournalChecker(self._core, self._reader, self._writer)
+        self._fsck: JournalChecker | None = None  # made by the first check (`_checker`)
         self._leases = FileLeases(self._core.leases_dir)
         self._group: GroupCommit[Commit, Any] | None = None  # made in the loop, on first use
+
+    @property
+    def _checker(self) -> JournalChecker:
+        # fsck's module is imported on first use: listing or running threads never needs it.
+        if self._fsck is None:
+            from roder_jsonl_thread_store._fsck import JournalChecker
+
+            self._fsck = JournalChecker(self._core, self._reader, self._writer)
+        return self._fsck
 
     @property
     def base_path(self) -> Path:

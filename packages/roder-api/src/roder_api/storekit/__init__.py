@@ -29,6 +29,9 @@ See ``docs/writing-a-thread-store.md``.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from roder_api._store_waits import (
     TURN_EVENT_TAGS,
     TURN_EVENT_TYPES,
@@ -65,12 +68,18 @@ from roder_api.storekit._fold import (
 )
 from roder_api.storekit._fork_guard import close_on_fork, forget_on_fork
 from roder_api.storekit._group_commit import GroupCommit
-from roder_api.storekit._open_turns import OPEN_TURNS_DDL, PENDING_QUERY, backfill_open_turns
-from roder_api.storekit._relational import RelationalThreadStore
 from roder_api.storekit._repairable import CheckReport, RepairableThreadStore, RepairReport
 from roder_api.storekit._settings import StoreSettings
 from roder_api.storekit._workers import WorkerCall, run_in_worker, start_in_worker
-from roder_api.storekit._write_batch import EventRow, SqlConnection, ThreadRow, WriteBatch
+
+if TYPE_CHECKING:  # the SQL stores' pieces, imported on first use (PEP 562 below)
+    from roder_api.storekit._open_turns import (
+        OPEN_TURNS_DDL,
+        PENDING_QUERY,
+        backfill_open_turns,
+    )
+    from roder_api.storekit._relational import RelationalThreadStore
+    from roder_api.storekit._write_batch import EventRow, SqlConnection, ThreadRow, WriteBatch
 
 __all__ = [
     "BlockingThreadStore",
@@ -118,3 +127,29 @@ __all__ = [
     "turns_from_events",
     "validate_expected",
 ]
+
+# A file-based store (JSONL) never needs the SQL pieces: they are imported when first used.
+_LAZY = {
+    "OPEN_TURNS_DDL": "roder_api.storekit._open_turns",
+    "PENDING_QUERY": "roder_api.storekit._open_turns",
+    "backfill_open_turns": "roder_api.storekit._open_turns",
+    "RelationalThreadStore": "roder_api.storekit._relational",
+    "EventRow": "roder_api.storekit._write_batch",
+    "SqlConnection": "roder_api.storekit._write_batch",
+    "ThreadRow": "roder_api.storekit._write_batch",
+    "WriteBatch": "roder_api.storekit._write_batch",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a lazily re-exported name on first use (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'roder_api.storekit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
