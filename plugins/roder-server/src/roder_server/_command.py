@@ -58,6 +58,8 @@ examples:
         "dispatcher plugin's id, such as temporal (roder-temporal)",
     )
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)  # a worker's socket
+    # A worker writes a byte to this pipe once it serves (its supervisor counts start-ups).
+    parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
 
 
 def _is_loopback(host: str) -> bool:
@@ -106,7 +108,7 @@ async def run(args: argparse.Namespace, context: CommandContext) -> int:
         return 2
     if args.listen_fd is not None:
         sock = socket.socket(fileno=args.listen_fd)
-        return await _serve(sock, settings, tokens, context)
+        return await _serve(sock, settings, tokens, context, ready_fd=args.ready_fd)
     try:
         sock, family = listen_socket(settings.host, settings.port)
     except OSError as exc:
@@ -120,8 +122,7 @@ async def run(args: argparse.Namespace, context: CommandContext) -> int:
     line = f"roder serve: listening on http://{shown}:{port}"
     if settings.workers == 1:
         return await _serve(sock, settings, tokens, context, announce=line)
-    print(line, file=sys.stderr, flush=True)
-    return await _supervise(sock, settings, context)
+    return await _supervise(sock, settings, context, announce=line)
 
 
 def listen_socket(host: str, port: int) -> tuple[socket.socket, socket.AddressFamily]:
@@ -151,8 +152,12 @@ async def _serve(
     context: CommandContext,
     *,
     announce: str | None = None,
+    ready_fd: int | None = None,
 ) -> int:
     import uvicorn
+
+    if ready_fd is not None:
+        os.set_inheritable(ready_fd, False)  # the worker's own: no tool's process gets it
 
     async with AsyncExitStack() as stack:
         runtime, tenants = await stack.enter_async_context(open_tenant_runtimes(context, tokens))
@@ -179,12 +184,15 @@ async def _serve(
         server = uvicorn.Server(config)
         async with anyio.create_task_group() as tg:
             tg.start_soon(server.serve, [sock])
-            if announce is not None:
+            if announce is not None or ready_fd is not None:
                 # Said once the app is up (its lifespan ran), so that a client that reads
                 # the line finds the server answering.
                 while not server.started and not server.should_exit:  # noqa: ASYNC110 - uvicorn has no event for it
                     await anyio.sleep(0.01)
-                print(announce, file=sys.stderr, flush=True)
+                if announce is not None:
+                    print(announce, file=sys.stderr, flush=True)
+                if ready_fd is not None:
+                    _say_ready(ready_fd, served=server.started)
     return 0
 
 
@@ -255,9 +263,49 @@ def tenant_store(config: Any, tenant: str) -> dict[str, Any]:
     return {"tenant": tenant}
 
 
-async def _supervise(sock: socket.socket, settings: ServerSettings, context: CommandContext) -> int:
-    """Run ``settings.workers`` processes on the one listening socket; stop them on a
-    signal; restart none (a worker that exits ends the server with its code)."""
+START_FAILURES = 5
+"""Workers in a row that exit before they serve, after which ``roder serve --workers``
+stops (a worker that cannot start, such as one whose dispatcher is unreachable, is not
+restarted forever)."""
+
+RESTART_DELAY_S = 0.25
+"""The delay before a dead worker's replacement starts; doubled for each worker in a row
+that exited before it served, up to :data:`RESTART_DELAY_MAX_S`."""
+
+RESTART_DELAY_MAX_S = 8.0
+"""The longest delay before a replacement starts."""
+
+ANNOUNCE_WAIT_S = 60.0
+"""How long the listening line waits for every worker to serve (a worker slow to start
+does not hide it from those that serve)."""
+
+
+def _say_ready(fd: int, *, served: bool) -> None:
+    # Tells the supervisor this worker serves (a byte), or not (the pipe closed empty).
+    try:
+        if served:
+            os.write(fd, b"1")
+    except OSError:
+        pass  # the supervisor is gone: nobody to tell
+    finally:
+        os.close(fd)
+
+
+async def _supervise(
+    sock: socket.socket, settings: ServerSettings, context: CommandContext, *, announce: str
+) -> int:
+    """Run ``settings.workers`` processes on the one listening socket until SIGINT or
+    SIGTERM, then stop them all; return the exit code. ``announce`` (the listening line)
+    is printed once every worker serves (or failed to start; :data:`ANNOUNCE_WAIT_S` at
+    most) and one does, so that a client that reads it finds all of them answering.
+
+    A worker that dies while the server runs (a signal, a non-zero code) is replaced after
+    a short delay; the others serve on untouched, and the runs the dead one held are
+    answered by the store's crash rules (a surviving worker's sweep, or the replacement's
+    start, finds its threads). :data:`START_FAILURES` workers in a row that exit before
+    they serve stop the server with the last one's code. A worker that exits with code 0
+    was asked to stop (Ctrl-C reaches the whole process group): so is the server.
+    """
     sock.set_inheritable(True)
     command = _roder_command()
     if context.config_path:
@@ -265,37 +313,133 @@ async def _supervise(sock: socket.socket, settings: ServerSettings, context: Com
     command += ["serve", "--listen-fd", str(sock.fileno()), "--workers", "1"]
     command += ["--host", settings.host, "--port", str(settings.port)]
     command += ["--dispatch", settings.dispatch]
-    children = [
-        await anyio.open_process(
-            command, stdin=None, stdout=None, stderr=None, pass_fds=(sock.fileno(),)
-        )
-        for _ in range(settings.workers)
-    ]
-    code = 0
+    workers = _Workers(command, sock.fileno(), settings.workers)
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with anyio.create_task_group() as tg:
-
-            async def watch(child: anyio.abc.Process) -> None:
-                nonlocal code
-                status = await child.wait()
-                code = code or status
-                tg.cancel_scope.cancel()
-
-            for child in children:
-                tg.start_soon(watch, child)
+            for _ in range(settings.workers):
+                tg.start_soon(workers.keep_one, tg.cancel_scope)
+            tg.start_soon(workers.announce, announce)
             async for _ in signals:
                 tg.cancel_scope.cancel()
                 break
-    for child in children:
-        if child.returncode is None:
-            child.terminate()
-    for child in children:
-        with anyio.move_on_after(10) as scope:
-            await child.wait()
-        if scope.cancelled_caught:
-            child.kill()
-            await child.wait()
-    return code
+    await workers.stop()
+    return workers.code
+
+
+class _Workers:
+    """The supervisor's worker processes: each :meth:`keep_one` keeps one running."""
+
+    def __init__(self, command: list[str], listen_fd: int, count: int) -> None:
+        self.command = command
+        self.listen_fd = listen_fd
+        self.starting = count
+        """The first workers whose start has not ended yet (served, or exited)."""
+        self.started = anyio.Event()
+        self.serving = anyio.Event()
+        """Set once any worker served."""
+        self.running: set[anyio.abc.Process] = set()
+        self.failed_starts = 0
+        """Workers in a row that exited before they served."""
+        self.code = 0
+
+    async def keep_one(self, stop: anyio.CancelScope) -> None:
+        """Run a worker; replace it whenever it dies, until the server stops (``stop``
+        cancelled) or :data:`START_FAILURES` in a row never served."""
+        first = True
+        while True:
+            child, ready = await self._start()
+            served = await _wait_ready(ready)
+            if served:
+                self.serving.set()
+            if first:
+                first = False
+                self.starting -= 1
+                if not self.starting:
+                    self.started.set()
+            status = await child.wait()
+            self.running.discard(child)
+            if status == 0:
+                stop.cancel()
+                return
+            self.failed_starts = 0 if served else self.failed_starts + 1
+            how = _exit_status(status)
+            what = "exited before it served" if not served else "died"
+            if self.failed_starts >= START_FAILURES:
+                print(
+                    f"roder serve: error: worker {child.pid} {what} ({how}), the "
+                    f"{START_FAILURES}th in a row to fail at start: stopping",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                self.code = 128 - status if status < 0 else status
+                stop.cancel()
+                return
+            delay = min(RESTART_DELAY_S * 2**self.failed_starts, RESTART_DELAY_MAX_S)
+            print(
+                f"roder serve: worker {child.pid} {what} ({how}); starting another in {delay:g} s",
+                file=sys.stderr,
+                flush=True,
+            )
+            await anyio.sleep(delay)
+
+    async def announce(self, line: str) -> None:
+        """Print ``line`` once the first workers' starts ended and one of them serves
+        (never, when none ever does: the server stops saying why)."""
+        with anyio.move_on_after(ANNOUNCE_WAIT_S):
+            await self.started.wait()
+        await self.serving.wait()
+        print(line, file=sys.stderr, flush=True)
+
+    async def _start(self) -> tuple[anyio.abc.Process, int]:
+        """Start a worker; return it and the read end of its ready pipe."""
+        read_fd, write_fd = os.pipe()
+        try:
+            with anyio.CancelScope(shield=True):  # a started worker is always in running
+                child = await anyio.open_process(
+                    [*self.command, "--ready-fd", str(write_fd)],
+                    stdin=None,
+                    stdout=None,
+                    stderr=None,
+                    pass_fds=(self.listen_fd, write_fd),
+                )
+                self.running.add(child)
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        return child, read_fd
+
+    async def stop(self) -> None:
+        """Terminate every worker; kill one still running 10 seconds later."""
+        for child in self.running:
+            if child.returncode is None:
+                child.terminate()
+        for child in self.running:
+            with anyio.move_on_after(10) as scope:
+                await child.wait()
+            if scope.cancelled_caught:
+                child.kill()
+                await child.wait()
+
+
+def _exit_status(status: int) -> str:
+    # "signal SIGKILL" for -9 (a number when the signal has no name), else "code N".
+    if status >= 0:
+        return f"code {status}"
+    try:
+        return f"signal {signal.Signals(-status).name}"
+    except ValueError:
+        return f"signal {-status}"
+
+
+async def _wait_ready(fd: int) -> bool:
+    """Wait until a worker says it serves (True) or exits before that (False)."""
+    try:
+        await anyio.wait_readable(fd)
+        return os.read(fd, 1) == b"1"
+    finally:
+        os.close(fd)
 
 
 def _roder_command() -> list[str]:
