@@ -211,7 +211,8 @@ def kill_creators(base: Path, durability: str) -> tuple[set[str], set[str]]:
         time.sleep(0.8 + rng.random() * 0.6)  # the interpreter starts in ~0.5 s
         os.kill(child.pid, signal.SIGKILL)
         out, _ = child.communicate(timeout=30)
-        for line in out.splitlines():
+        # Only whole lines are acknowledgements: the kill can cut the last one mid-write.
+        for line in out.split("\n")[:-1]:
             what, _, thread_id = line.partition(" ")
             (created if what == "created" else appended).add(thread_id)
     return created, appended
