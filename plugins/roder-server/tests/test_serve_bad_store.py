@@ -59,3 +59,31 @@ def test_a_store_it_cannot_use_stops_the_server_at_start(
     assert PREFIX not in err, f"the server said it listens on a store it cannot use: {err}"
     assert named in err, err
     assert "Traceback" not in err, err
+
+
+def test_config_check_names_a_bad_server_key_with_file_and_line(tmp_path: Path) -> None:
+    # `roder serve` refuses `[server] prot` itself; `roder config check` must say so too,
+    # with the file and line, as it does for every other plugin's table.
+    config = tmp_path / "config.toml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
+    env["RODER_HOME"] = str(tmp_path / "home")
+
+    def check(text: str) -> subprocess.CompletedProcess[str]:
+        config.write_text(text)
+        return subprocess.run(
+            [str(RODER), "--config", str(config), "config", "check"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+
+    result = check("[server]\nport = 8000\nprot = 8001\n")
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert f"{config}:3" in out and "prot" in out, out
+    bad_value = check('[server]\nworkers = "many"\n')
+    assert bad_value.returncode == 1 and "workers" in bad_value.stdout + bad_value.stderr
+    clean = check("[server]\nport = 8000\n")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
