@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-import warnings
 
 import anyio
 
@@ -22,13 +20,7 @@ from roder_api.transcript import UserMessage
 from roder_runtime import Runtime
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _lease_child import factory, say  # noqa: E402
-
-
-def background_job() -> None:
-    """Run as a forked child: outlive the parent, touch nothing, never return."""
-    time.sleep(120)
-    os._exit(0)
+from _lease_child import factory, fork_background_job, say  # noqa: E402
 
 
 async def main(kind: str, where: str, thread_id: str, forks: str) -> int:
@@ -47,12 +39,7 @@ async def main(kind: str, where: str, thread_id: str, forks: str) -> int:
                 tg.start_soon(append, n)
             await anyio.sleep(0.2)
             for _ in range(int(forks)):
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
-                    pid = os.fork()
-                if pid == 0:
-                    background_job()
-                children.append(pid)
+                children.append(fork_background_job())
                 await anyio.sleep(0.01)
             say("forked " + " ".join(map(str, children)))
             await anyio.sleep_forever()

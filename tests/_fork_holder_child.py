@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-import warnings
 
 import anyio
 
@@ -20,13 +18,7 @@ from roder_api.transcript import UserMessage
 from roder_runtime import Runtime
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _lease_child import factory, say  # noqa: E402
-
-
-def background_job() -> None:
-    """Run as the forked child: outlive the parent, touch nothing, never return."""
-    time.sleep(120)
-    os._exit(0)
+from _lease_child import factory, fork_background_job, say  # noqa: E402
 
 
 async def main(kind: str, where: str, thread_id: str) -> int:
@@ -38,11 +30,7 @@ async def main(kind: str, where: str, thread_id: str) -> int:
         # store's liveness marker), and a forked child must not keep any of it.
         await runtime.persist_turn_item(thread_id, "turn-0", UserMessage("before the fork"))
         async with runtime.start_session(thread_id):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
-                pid = os.fork()
-            if pid == 0:
-                background_job()
+            pid = fork_background_job()
             say(f"holding {os.getpid()} {pid}")
             await anyio.sleep_forever()
     return 0

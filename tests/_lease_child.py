@@ -37,6 +37,38 @@ def factory(kind: str, where: str) -> ThreadStoreFactory:
     return PostgresThreadStoreFactory(dsn, schema=schema)
 
 
+def fork_background_job() -> int:
+    """Fork a child that outlives its parent, touching nothing (as a tool's background job
+    would, without exec); return its pid once it runs.
+
+    The child lets go of what it must not keep (``storekit.close_on_fork``) in its at-fork
+    handler, which runs when the child is first scheduled: until then its copies of the
+    descriptors still hold their locks (milliseconds; longer on a loaded machine). So the
+    parent waits for the child's first byte before it reports the fork done.
+    """
+    import os
+    import time
+    import warnings
+
+    ready, tell = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
+        pid = os.fork()
+    if pid == 0:
+        os.close(ready)
+        os.write(tell, b"x")
+        os.close(tell)
+        time.sleep(120)
+        os._exit(0)
+    os.close(tell)
+    try:
+        if os.read(ready, 1) != b"x":
+            raise RuntimeError("the forked child died before it ran")
+    finally:
+        os.close(ready)
+    return pid
+
+
 def say(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()

@@ -30,7 +30,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]  # the filelock fallback below takes over
 
-from roder_api.storekit import close_on_fork, forget_on_fork
+from roder_api.storekit import forget_on_fork, open_close_on_fork
 
 if TYPE_CHECKING:  # imported where used: only where there is no fcntl (Windows)
     from filelock import FileLock
@@ -71,10 +71,10 @@ def lock_existing(path: str | Path, flags: int = os.O_RDONLY) -> int | None:
     assert fcntl is not None
     while True:
         try:
-            fd = os.open(path, flags)
+            # Registered with its open: a forked child must not keep the journal locked.
+            fd = open_close_on_fork(path, flags)
         except FileNotFoundError:
             return None
-        close_on_fork(fd)  # before the lock: a forked child must not keep the journal locked
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             if _same_file(path, fd):
@@ -94,7 +94,6 @@ def unlock(fd: int) -> None:
 def lock_file(fd: int) -> None:
     """Lock the open file ``fd`` exclusively (a new journal, before it is linked into place)."""
     assert fcntl is not None
-    close_on_fork(fd)
     fcntl.flock(fd, fcntl.LOCK_EX)
 
 
@@ -105,8 +104,7 @@ def lock_directory_shared(directory: str | Path) -> int | None:
     """
     if fcntl is None:  # pragma: no cover - Windows
         return None
-    fd = os.open(directory, _DIRECTORY)
-    close_on_fork(fd)  # a forked child must not keep creators' shared lock
+    fd = open_close_on_fork(directory, _DIRECTORY)  # a forked child must not keep it
     return _locked(fd, fcntl.LOCK_SH)
 
 
@@ -215,10 +213,9 @@ class WriterMarker:
             return
         name = f"{os.getpid()}-{os.urandom(6).hex()}"
         hidden = self.directory / f".{name}.tmp"
-        fd = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        # Before the lock is taken: a child forked without exec (a tool's background job)
+        # Registered with its open: a child forked without exec (a tool's background job)
         # must not keep this marker locked, or its writer's death is never seen.
-        close_on_fork(fd)
+        fd = open_close_on_fork(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             final = self.directory / f"{name}.session"

@@ -29,7 +29,7 @@ from roder_api.errors import (
 )
 from roder_api.events import Event, JournalEvent
 from roder_api.inference import TokenUsage
-from roder_api.storekit import WorkerCall, check_expected, start_in_worker
+from roder_api.storekit import WorkerCall, check_expected, open_close_on_fork, start_in_worker
 from roder_api.threads import ThreadMetadata, validate_thread_id
 from roder_jsonl_thread_store._core import (
     QUARANTINE_INFIX,
@@ -428,13 +428,14 @@ class JournalWriter:
                 held.enter_context(fallback_lock(path))
             directory = lock_directory_shared(core.threads_dir)
             if directory is not None:
-                held.callback(os.close, directory)
+                held.callback(unlock, directory)
             if os.path.exists(path):
                 raise ThreadExistsError(thread_id)
             tmp = f"{core.tmp_dir}{os.sep}{thread_id}.{os.getpid()}.{threading.get_ident()}.tmp"
             try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                held.callback(os.close, fd)  # closing it drops the writer lock
+                # Registered with its open: a forked child must not keep the new journal locked.
+                fd = open_close_on_fork(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                held.callback(unlock, fd)  # closing it drops the writer lock
                 if HAVE_FLOCK:
                     lock_file(fd)  # nobody else knows the file yet: never waits
                 write_all(fd, line)

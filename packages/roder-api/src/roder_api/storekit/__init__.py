@@ -66,7 +66,7 @@ from roder_api.storekit._fold import (
     replay_start,
     turns_from_events,
 )
-from roder_api.storekit._fork_guard import close_on_fork, forget_on_fork
+from roder_api.storekit._fork_guard import close_on_fork, forget_on_fork, open_close_on_fork
 from roder_api.storekit._group_commit import GroupCommit
 from roder_api.storekit._repairable import CheckReport, RepairableThreadStore, RepairReport
 from roder_api.storekit._settings import StoreSettings
@@ -115,6 +115,7 @@ __all__ = [
     "last_boundary_sequence",
     "listing_key",
     "metadata_changes",
+    "open_close_on_fork",
     "open_turns_after",
     "payloads_of",
     "poll_for_events",

@@ -29,7 +29,7 @@ import orjson
 
 from roder_api._thread_contract import LeaseHolder, ThreadLease, validate_thread_id
 from roder_api.errors import StoreError, ThreadBusyError
-from roder_api.storekit._fork_guard import close_on_fork, forget_on_fork
+from roder_api.storekit._fork_guard import forget_on_fork, open_close_on_fork
 from roder_api.storekit._workers import run_in_worker
 
 try:
@@ -123,8 +123,8 @@ class FileLeases:
             raise StoreError("file leases need flock(2), which this platform lacks")
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            close_on_fork(fd)  # before the lock is taken: no fork can inherit it unguarded
+            # Registered with its open: no fork can inherit it unguarded.
+            fd = open_close_on_fork(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise StoreError(
                 f"cannot take the lease of thread {thread_id!r}: {path} cannot be opened "

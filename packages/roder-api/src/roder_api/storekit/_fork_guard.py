@@ -54,15 +54,43 @@ def close_on_fork(fd: int) -> None:
         _guarded[fd] = identity
 
 
+def open_close_on_fork(path: str | os.PathLike[str], flags: int, mode: int = 0o777) -> int:
+    """``os.open`` a file and register the descriptor (:func:`close_on_fork`) as one step
+    that no fork in another thread can split.
+
+    Opening and then registering leaves a moment when a fork copies the descriptor
+    unregistered; a lock taken on it afterwards (``flock`` locks belong to the open file,
+    which the child shares) then stays with the child. A descriptor opened here, and
+    locked after this returns, is never in a child but as ``/dev/null``. Use it for
+    descriptors opened often (a commit's writer lock), where that moment comes round.
+    """
+    with _lock:  # a fork waits for it (``before`` handler below)
+        fd = os.open(path, flags, mode)
+        identity = _identity(fd)
+        if identity is not None:
+            _guarded[fd] = identity
+    return fd
+
+
 def forget_on_fork(fd: int) -> None:
     """Stop replacing ``fd`` in forked children (call it before closing ``fd``)."""
     with _lock:
         _guarded.pop(fd, None)
 
 
+def _before_fork() -> None:
+    _lock.acquire()  # no open_close_on_fork is between its open and its registration
+
+
+def _after_fork_in_parent() -> None:
+    _lock.release()
+
+
 def _after_fork_in_child() -> None:
-    # Only the forking thread exists in the child: no lock (another thread may have held
-    # it at the fork), and a copy of the mapping (its operations are atomic under the GIL).
+    global _lock
+    # Only the forking thread exists in the child, and it holds the lock (taken before
+    # the fork): the child gets a new one.
+    _lock = threading.Lock()
     guarded = list(_guarded.items())
     _guarded.clear()
     if not guarded:
@@ -80,7 +108,11 @@ def _after_fork_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):  # pragma: no branch - not on Windows
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )
 
 
-__all__ = ["close_on_fork", "forget_on_fork"]
+__all__ = ["close_on_fork", "forget_on_fork", "open_close_on_fork"]
