@@ -17,7 +17,7 @@ from roder_api.inference import TokenUsage
 from roder_api.testing.conformance import make_metadata
 from roder_api.threads import turns_from_events
 from roder_api.transcript import ProviderMetadata, ToolResultRecord, UserMessage
-from roder_sqlite_thread_store import SqliteThreadStoreFactory
+from roder_sqlite_thread_store import SqliteThreadStore, SqliteThreadStoreFactory
 
 pytestmark = pytest.mark.anyio
 
@@ -107,5 +107,51 @@ async def test_a_row_that_does_not_decode_fails_the_snapshot_naming_its_sequence
         with pytest.raises(StoreCorruptedError, match="sequence 4") as caught:
             await store.read_snapshot(THREAD)
         assert caught.value.thread_id == THREAD
+    finally:
+        await store.aclose()
+
+
+# --- windows of joined rows (``joined_events_sql``) -------------------------------------------
+
+BIG = 2**70 + 1  # read back as a float (not equal to it) by anything but the exact decoder
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 512])
+async def test_the_snapshot_is_the_fold_of_the_events_whatever_the_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int
+) -> None:
+    monkeypatch.setattr(SqliteThreadStore, "joined_window", window)
+    path = tmp_path / "threads.sqlite3"
+    store = await SqliteThreadStoreFactory(path).open()
+    try:
+        await store.create_thread(make_metadata(THREAD))
+        for i in range(7):
+            await store.append_events(
+                THREAD, [ItemCompleted(f"turn-{i // 3}", UserMessage(f"{i}"))]
+            )
+        # A row for the exact decoder in a later window: never parsed as part of a window.
+        await store.append_events(THREAD, [ItemCompleted("turn-9", ProviderMetadata({"big": BIG}))])
+        await store.append_events(THREAD, [UsageUpdated("turn-9", TokenUsage(1, 2, 3))])
+        snapshot = await store.read_snapshot(THREAD)
+        assert snapshot.turns == turns_from_events(await store.read_events(THREAD))
+        assert snapshot.items[-1] == ProviderMetadata({"big": BIG})
+        assert len(snapshot.items) == 8
+    finally:
+        await store.aclose()
+
+
+async def test_rows_that_are_json_only_together_are_damage(tmp_path: Path) -> None:
+    """Two damaged rows that parse as two events once joined (the first runs into the
+    second, which holds two; both start with ``{``) keep the count of values: the ``null``
+    between every two rows sees it, and the rows are read one by one."""
+    path = tmp_path / "threads.sqlite3"
+    await _seed(path)
+    user = b'{"type":"item_completed","turn_id":"turn-1","item":{"type":"user_message","text":"%s"}'
+    _edit_row(path, 2, user % b"a" + b',"x":[1')
+    _edit_row(path, 3, b'{"z":2}]},' + user % b"b" + b"}," + user % b"c" + b"}")
+    store = await SqliteThreadStoreFactory(path).open()
+    try:
+        with pytest.raises(StoreCorruptedError, match="sequence 2"):
+            await store.read_snapshot(THREAD)
     finally:
         await store.aclose()

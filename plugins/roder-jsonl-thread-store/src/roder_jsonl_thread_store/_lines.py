@@ -1,12 +1,13 @@
-"""The read loops over a journal's lines: events, and transcript items folded into turns.
+"""The read loop over a journal's lines for events, and what every read pass reports.
 
-Both loops check every line's frame and checksum (a line cut short or with a damaged
-checksum field fails the hex parse or the checksum; fsck also compares the frame byte for
-byte) and stop at the state's size (what is known to be complete). A line that fails is
-damage: :func:`damaged` remembers it for the store and returns the ``StoreCorruptedError``
-to raise. They run once per line of a thread, so what they call is bound to locals first,
-and each writes the frame check out rather than sharing it: a generator or a function call
-per line measured 7 % slower on a 50,000-line load (152 -> 163 ms of thread CPU).
+It (and the snapshot pass, ``_turns``) checks every line's frame and checksum (a line cut
+short or with a damaged checksum field fails the hex parse or the checksum; fsck also
+compares the frame byte for byte) and stops at the state's size (what is known to be
+complete). A line that fails is damage: :func:`damaged` remembers it for the store and
+returns the ``StoreCorruptedError`` to raise. The loop runs once per line of a thread, so
+what it calls is bound to locals first, and the frame check is written out rather than
+shared: a generator or a function call per line measured 7 % slower on a 50,000-line load
+(152 -> 163 ms of thread CPU).
 """
 
 from __future__ import annotations
@@ -14,14 +15,13 @@ from __future__ import annotations
 import os
 import zlib
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import orjson
 
 from roder_api.codec import EXACT_MARK, event_decoders, from_dict, journal_event_builder, loads_json
 from roder_api.errors import StoreCorruptedError, StoreError
-from roder_api.events import ItemCompleted, JournalEvent
-from roder_api.threads import Turn
+from roder_api.events import JournalEvent
 from roder_jsonl_thread_store._core import StoreCore
 from roder_jsonl_thread_store._format import (
     CRC_END,
@@ -184,76 +184,3 @@ def read_events(
         where = (min(position, end), number + 1 if offset == 0 else None)
         raise damaged(core, thread_id, path, state, file, where, cut_short(expected, state))
     return out
-
-
-def read_turns(
-    core: StoreCore, file: BinaryIO, path: Path | str, thread_id: str, state: JournalState
-) -> tuple[Turn, ...]:
-    """Return the transcript items of the whole journal (up to the state) grouped by turn.
-
-    What ``turns_from_events(read_events(...))`` returns, without building a journal
-    event per line: an item's event is decoded straight to its item. The grouping is
-    ``TurnFold.add`` written inline: the method call per item measured ~7 % slower
-    (medians 178 -> 194 and 176 -> 189 ms of thread CPU per 50,000 lines). Every other event is
-    decoded too (a line that does not decode is damage here as in :func:`read_events`).
-    """
-    turns: list[Turn] = []
-    items: list[Any] = []
-    turn_id: Any = None
-    parse, exact, crc32, decoders = orjson.loads, loads_json, zlib.crc32, event_decoders()
-    decode = from_dict
-    end = state.size
-    position = 0
-    number = 0
-    expected = 1  # as in read_events: sequences are checked, not taken from the index
-    file.seek(0)
-    for raw in file:
-        position += len(raw)
-        number += 1
-        if position > end:
-            break
-        try:
-            body = raw[RECORD_START:-_TAIL_LEN]
-            if crc32(body) != int(raw[CRC_START:CRC_END], 16) or raw[-_TAIL_LEN:] != LINE_END:
-                raise ValueError("bad framing or checksum mismatch")
-            record = parse(body) if body[0] != _EXACT else exact(body)
-            if record["v"] > FORMAT_VERSION:
-                raise newer_format(path, record["v"])
-            if record["k"] != "events":
-                continue
-            events = record["events"]
-            if record["seq"] != expected:
-                raise ValueError(out_of_order(record["seq"], expected))
-            expected += len(events)
-            for event in events:
-                if event["type"] == "item_completed" and len(event) == 3:
-                    # ItemCompleted's own decoder, without building the event.
-                    item = event["item"]
-                    try:
-                        item = decoders[item["type"]](item)
-                    except (KeyError, TypeError):
-                        item = decode(event).item  # the codec's own error or its general path
-                    owner = event["turn_id"]
-                else:
-                    try:
-                        decoded = decoders[event["type"]](event)
-                    except (KeyError, TypeError):
-                        decoded = decode(event)  # the codec's own error for a bad event
-                    if not isinstance(decoded, ItemCompleted):
-                        continue
-                    item, owner = decoded.item, decoded.turn_id
-                if owner != turn_id:
-                    if items:
-                        turns.append(Turn(turn_id, tuple(items)))
-                        items = []
-                    turn_id = owner
-                items.append(item)
-        except (ValueError, KeyError, TypeError, IndexError) as exc:
-            where = (position - len(raw), number)
-            raise damaged(core, thread_id, path, state, file, where, exc) from None
-    if expected - 1 != state.metadata.last_sequence:
-        where = (min(position, end), number + 1)
-        raise damaged(core, thread_id, path, state, file, where, cut_short(expected, state))
-    if items:
-        turns.append(Turn(turn_id, tuple(items)))
-    return tuple(turns)

@@ -42,8 +42,9 @@ from roder_jsonl_thread_store._journal import (
     lost_lines,
     scan,
 )
-from roder_jsonl_thread_store._lines import read_events, read_turns
+from roder_jsonl_thread_store._lines import read_events
 from roder_jsonl_thread_store._locks import HAVE_FLOCK, ProcessLock, bury, dead_sessions
+from roder_jsonl_thread_store._turns import read_turns
 
 _TAIL_LEN = len(LINE_END)
 

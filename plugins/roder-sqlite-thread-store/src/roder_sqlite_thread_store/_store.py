@@ -85,6 +85,25 @@ def leases_directory(path: Path) -> Path:
     return path.with_name(path.name + ".leases")
 
 
+# One window of events joined for RelationalThreadStore.snapshot_sync; ``event < X'7B'``
+# counts the rows that do not start with "{" (a BLOB below "{": the codec's exact mark).
+if sqlite3.sqlite_version_info >= (3, 44, 0):
+    # An ordered aggregate: the order is the query's, not the plan's.
+    _JOINED_EVENTS = (
+        "SELECT CAST(group_concat(event, ',null,' ORDER BY sequence) AS BLOB), count(*), "
+        "sum(event < X'7B') FROM roder_events WHERE thread_id = ? AND sequence > ? "
+        "AND sequence <= ?"
+    )
+else:
+    # Older SQLite: an aggregate over a subquery keeps the subquery's ORDER BY (a subquery
+    # with ORDER BY is not flattened into an aggregate query).
+    _JOINED_EVENTS = (
+        "SELECT CAST(group_concat(event, ',null,') AS BLOB), count(*), sum(event < X'7B') "
+        "FROM (SELECT event FROM roder_events WHERE thread_id = ? AND sequence > ? "
+        "AND sequence <= ? ORDER BY sequence)"
+    )
+
+
 class SqliteThreadStore(RelationalThreadStore):
     """A thread store in one SQLite file: a ``roder_threads`` row per thread (its metadata,
     folded on every append) and a ``roder_events`` row per journal event.
@@ -97,6 +116,7 @@ class SqliteThreadStore(RelationalThreadStore):
     """
 
     store_name = "SQLite thread store"
+    joined_events_sql = _JOINED_EVENTS
 
     def __init__(
         self,

@@ -13,14 +13,20 @@ from __future__ import annotations
 
 import time
 from abc import abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import anyio
 
-from roder_api._thread_contract import EventPage, ThreadMetadata, ThreadPage, ThreadSnapshot
+from roder_api._thread_contract import (
+    EventPage,
+    ThreadMetadata,
+    ThreadPage,
+    ThreadSnapshot,
+    Turn,
+)
 from roder_api.codec import journal_events, loads
 from roder_api.errors import RoderError, StoreCorruptedError, ThreadNotFoundError
 from roder_api.events import Event, JournalEvent
@@ -30,7 +36,12 @@ from roder_api.storekit._cursors import decode_cursor, event_page, thread_page
 from roder_api.storekit._fold import replay_after
 from roder_api.storekit._group_commit import GroupCommit
 from roder_api.storekit._open_turns import PENDING_QUERY
-from roder_api.storekit._row_turns import RowsNotWhole, turns_from_rows
+from roder_api.storekit._row_turns import (
+    RowsNotWhole,
+    turns_from_chunks,
+    turns_from_rows,
+    window_events,
+)
 from roder_api.storekit._write_batch import EventRow, SqlConnection, WriteBatch
 
 T = TypeVar("T")
@@ -59,7 +70,9 @@ class RelationalThreadStore(BlockingThreadStore):
     are locked, ``""`` where the transaction itself is exclusive), ``no_limit`` (the
     ``LIMIT`` value meaning "all"), ``size_function`` (bytes of a payload) and
     ``max_write_attempts`` (how often a write transaction is run again after an error
-    :meth:`is_retryable` accepts; nothing of a failed attempt was committed).
+    :meth:`is_retryable` accepts; nothing of a failed attempt was committed),
+    ``joined_events_sql`` (a query of one window of a thread's events joined into one
+    document, for :meth:`snapshot_sync`; None: the rows are read one by one).
     """
 
     open_turns_column: bool = True
@@ -72,6 +85,14 @@ class RelationalThreadStore(BlockingThreadStore):
     no_limit: ClassVar[int | None] = -1
     size_function: ClassVar[str] = "length"
     max_write_attempts: ClassVar[int] = 1
+    joined_events_sql: ClassVar[str | None] = None
+    """Parameters ``(thread_id, after, upto)``: one row of the events ``after < sequence <=
+    upto``: in sequence order joined with ``storekit._row_turns.SEPARATOR`` (as bytes), their
+    count, and how many do not start with ``{`` (may carry the codec's exact mark). Lets
+    :meth:`snapshot_sync` parse a window with one call."""
+    joined_window: ClassVar[int] = 512
+    """How many events one ``joined_events_sql`` window holds (512-1,024 measured fastest on
+    a 50,000-item thread: ~83 ms of thread CPU against ~90 with 4,096, ~122 with 16,384)."""
 
     _appends: GroupCommit[_Append, list[JournalEvent]] | None = None
     _sql_cache: dict[str, str] | None = None
@@ -298,6 +319,9 @@ class RelationalThreadStore(BlockingThreadStore):
             # Bounded above, as read_sync's chunks are: the planner stays on the index.
             window = "AND sequence > ? AND sequence <= ? ORDER BY sequence LIMIT ?"
             params = (thread_id, 0, last, last)
+            turns = self._joined_turns(conn, thread_id, last)
+            if turns is not None:
+                return ThreadSnapshot(loads(metadata), turns)
             try:
                 turns = turns_from_rows(conn.execute(self.sql(_ITEMS + window), params), last)
             except RowsNotWhole as exc:
@@ -308,6 +332,29 @@ class RelationalThreadStore(BlockingThreadStore):
                     thread_id=thread_id,
                 ) from None
             return ThreadSnapshot(loads(metadata), turns)
+
+    def _joined_turns(
+        self, conn: SqlConnection, thread_id: str, last: int
+    ) -> tuple[Turn, ...] | None:
+        """Return the items by turn from :attr:`joined_events_sql` windows, or None when the
+        dialect has none or the windows cannot be vouched for (then rows are read one by
+        one)."""
+        query = self.joined_events_sql
+        if query is None:
+            return None
+        sql, step = self.sql(query), self.joined_window
+
+        def windows() -> Iterator[list[Any] | None]:
+            for after in range(0, last, step):
+                joined, count, marked = conn.execute(
+                    sql, (thread_id, after, after + step)
+                ).fetchone()
+                if count != min(step, last - after):
+                    yield None
+                    return
+                yield window_events(joined, count, marked)
+
+        return turns_from_chunks(windows(), last)
 
     def page_sync(self, thread_id: str, before: int | None, limit: int) -> EventPage:
         """Return up to ``limit`` events below ``before``, ascending."""

@@ -7,6 +7,14 @@ its lines). Every other event is decoded too, so a row that does not decode is d
 as in a read of events. Profiled on a 50,000-item SQLite thread (thread CPU, medians): the
 chunked ``read_sync`` + ``TurnFold`` path cost ~154 ms, this pass ~105 ms; reading only
 the event column (no sequence, no time) saved ~3 ms of that.
+
+:func:`turns_from_chunks` does the same from windows of rows the database has joined into
+one document each (SQLite's ``group_concat``, 512 rows a window): one ``orjson`` call per
+window instead of a row tuple, a bytes object and a call per row (~83 ms instead of ~103 ms
+of thread CPU for the store's whole pass on the same thread, medians, alternating).
+Whatever it cannot vouch for (a row the exact decoder must read, a window that does not
+split back into exactly its rows, an event that does not decode) it leaves to
+:func:`turns_from_rows`, whose errors are the damage errors.
 """
 
 from __future__ import annotations
@@ -80,4 +88,82 @@ def turns_from_rows(rows: Iterable[tuple[Any]], last: int) -> tuple[Turn, ...]:
     return tuple(turns)
 
 
-__all__ = ["RowsNotWhole", "turns_from_rows"]
+SEPARATOR = b",null,"
+"""What a window's rows are joined with: a ``null`` between every two events, so a window
+parses to ``2n - 1`` values with a ``null`` at every odd index only when each row is one
+JSON value of its own (a damaged row that ran into the next one shifts or swallows them)."""
+
+
+def window_events(joined: bytes | None, count: int, marked: int) -> list[Any] | None:
+    """Return the event dicts of one window of ``count`` rows joined with :data:`SEPARATOR`.
+
+    ``marked`` is how many of the rows may start with the codec's exact mark (they must be
+    read with the exact decoder: any row that does not start with ``{``, counted by the
+    database). None when the window cannot be vouched for: a row is marked, the document
+    is not JSON, or it does not split back into ``count`` values separated by ``null``.
+    """
+    if not count:
+        return []
+    if marked or not joined:
+        return None
+    try:
+        values = orjson.loads(b"[%s]" % joined)
+    except orjson.JSONDecodeError:
+        return None
+    if len(values) != 2 * count - 1 or values[1::2].count(None) != count - 1:
+        return None
+    events: list[Any] = values[::2]
+    return events
+
+
+def turns_from_chunks(windows: Iterable[list[Any] | None], last: int) -> tuple[Turn, ...] | None:
+    """Return the transcript items of events 1..``last``, given as windows of event dicts.
+
+    ``windows`` yields :func:`window_events` of consecutive windows of a thread's events in
+    sequence order, covering 1..``last`` exactly. Return None (read the rows one by one
+    with :func:`turns_from_rows`, which names what is wrong) when a window is None, an event
+    does not decode, or the events are not ``last``. The loop is :func:`turns_from_rows`'s.
+    """
+    turns: list[Turn] = []
+    items: list[Any] = []
+    turn_id: Any = None
+    decoders, decode = event_decoders(), from_dict
+    count = 0
+    with gc_paused():
+        try:
+            for events in windows:
+                if events is None:
+                    return None
+                count += len(events)
+                for data in events:
+                    if data["type"] == "item_completed" and len(data) == 3:
+                        item = data["item"]
+                        try:
+                            item = decoders[item["type"]](item)
+                        except (KeyError, TypeError):
+                            item = decode(data).item  # the codec's error or its general path
+                        owner = data["turn_id"]
+                    else:
+                        try:
+                            event = decoders[data["type"]](data)
+                        except (KeyError, TypeError):
+                            event = decode(data)  # the codec's own error for a bad event
+                        if not isinstance(event, ItemCompleted):
+                            continue
+                        item, owner = event.item, event.turn_id
+                    if owner != turn_id:
+                        if items:
+                            turns.append(Turn(turn_id, tuple(items)))
+                            items = []
+                        turn_id = owner
+                    items.append(item)
+        except (ValueError, KeyError, TypeError, IndexError):
+            return None
+    if count != last:
+        return None
+    if items:
+        turns.append(Turn(turn_id, tuple(items)))
+    return tuple(turns)
+
+
+__all__ = ["SEPARATOR", "RowsNotWhole", "turns_from_chunks", "turns_from_rows", "window_events"]
