@@ -43,6 +43,7 @@ from roder_server.openai._convert import (
     parse_input,
     split_model,
 )
+from roder_server.openai._fold import fold_response
 from roder_server.openai._http import (
     conversation_id,
     items_of,
@@ -62,12 +63,7 @@ from roder_server.openai._projection import (
 EXTRA_KEY = "openai_responses"
 """The thread ``extra`` key holding each response's request parameters, by turn id."""
 
-_PAGE = 512
 _LOCKS = [anyio.Lock() for _ in range(64)]
-_WAIT_S = 5.0
-"""The deadline of one wait for new events while a response runs. ``wait_for_events``
-returns at once when this process appends to the thread; an append by another process is
-found by the store's own wake-up (``LISTEN/NOTIFY``) or poll."""
 _FIELDS = frozenset(
     {
         "model",
@@ -138,27 +134,6 @@ def _projection(thread_id: str, turn_id: str, params: Mapping[str, Any]) -> Resp
         background=bool(params.get("background")),
         metadata=dict(params.get("metadata") or {}),
     )
-
-
-async def _fold(
-    store: ThreadStore, projection: ResponseProjection, *, follow: bool
-) -> AsyncIterator[dict[str, Any]]:
-    """Yield the stream events of a response from the journal: the journal read in pages,
-    never skipping a sequence; with ``follow``, waiting for more until the turn ends."""
-    after = projection.last_journal_sequence
-    while not projection.done:
-        entries = await store.read_events(projection.thread_id, after=after, limit=_PAGE)
-        for entry in entries:
-            if entry.sequence != after + 1:
-                break  # read again from the last sequence folded
-            after = entry.sequence
-            for event in projection.feed(entry):
-                yield event
-        if projection.done or len(entries) >= _PAGE:
-            continue
-        if not follow:
-            return
-        await store.wait_for_events(projection.thread_id, after, _WAIT_S)
 
 
 def _sse(events: AsyncIterator[dict[str, Any]], starting_after: int) -> StreamingResponse:
@@ -346,9 +321,9 @@ async def _answer(
         params = await _params(store, thread_id, turn_id)
     projection = _projection(thread_id, turn_id, params)
     if body.get("stream"):
-        return _sse(_fold(store, projection, follow=True), -1)
+        return _sse(fold_response(store, projection, follow=True), -1)
     follow = not body.get("background")
-    async for _ in _fold(store, projection, follow=follow):
+    async for _ in fold_response(store, projection, follow=follow):
         pass
     return json_response(projection.response())
 
@@ -378,8 +353,8 @@ async def get_response(request: Request) -> Response:
             starting_after = int(text)
         except ValueError:
             raise bad_request("'starting_after' must be an integer", "starting_after") from None
-        return _sse(_fold(store, projection, follow=True), starting_after)
-    async for _ in _fold(store, projection, follow=False):
+        return _sse(fold_response(store, projection, follow=True), starting_after)
+    async for _ in fold_response(store, projection, follow=False):
         pass
     return json_response(projection.response())
 
@@ -389,7 +364,7 @@ async def cancel_response(request: Request) -> Response:
     tenant = tenant_of(request)
     store = await tenant.store()
     projection = _projection(thread_id, turn_id, await _params(store, thread_id, turn_id))
-    async for _ in _fold(store, projection, follow=False):
+    async for _ in fold_response(store, projection, follow=False):
         pass
     if not projection.done:
         if not await tenant.dispatcher.interrupt(thread_id, turn_id):
@@ -397,7 +372,7 @@ async def cancel_response(request: Request) -> Response:
                 409, "another server process runs this response; cancel it there", kind="conflict"
             )
         with anyio.move_on_after(10):
-            async for _ in _fold(store, projection, follow=True):
+            async for _ in fold_response(store, projection, follow=True):
                 pass
     return json_response(projection.response())
 

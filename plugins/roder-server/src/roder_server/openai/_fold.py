@@ -1,0 +1,130 @@
+"""A response's stream events, folded from its thread's journal (persist before deliver).
+
+:func:`fold_response` reads the journal from the sequence the response's turn starts
+after, in pages, never skipping a sequence. While it follows a running response it does
+not read back what this process appends: each append's entries are handed to it in memory
+once they are durable (``AppendWakeups.listen``), as ``/threads/{id}/stream`` is fed. Any
+gap (a sequence that does not follow the last one folded), an append whose entries were
+not handed over, an overflow of the hand-over, or an append by another process (a gap at
+the next append here, or found by ``ThreadStore.wait_for_events``, which is asked only once
+the thread has been quiet here for :data:`LOCAL_S`) sends it back to the store. So a live
+response costs one store read at its start, not one per append, and the first delta goes
+out as soon as its append is durable.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+
+from roder_api.events import JournalEvent
+from roder_api.threads import ThreadStore
+from roder_server.openai._projection import ResponseProjection
+
+PAGE = 512
+"""How many journal events one read of a response's fold takes."""
+
+WAIT_S = 5.0
+"""The deadline of one wait for new events (``wait_for_events``) while a response runs
+and nothing is appended here: an append by another process is found by the store's own
+wake-up (``LISTEN/NOTIFY``) or poll."""
+
+LOCAL_S = 0.25
+"""How long after an append here the fold waits for the next one to be handed over,
+without asking the store (``wait_for_events``: a store call per wake)."""
+
+HANDED_LIMIT = 4096
+"""How many handed-over entries a fold holds; past it the oldest go and it reads them."""
+
+
+class _Handed:
+    """What one fold is handed: entries in append order, or ``stale`` (read the store);
+    ``wake`` set at each hand-over, ``local_at`` the time of the last."""
+
+    __slots__ = ("entries", "local_at", "stale", "wake")
+
+    def __init__(self) -> None:
+        self.entries: deque[JournalEvent] = deque(maxlen=HANDED_LIMIT)
+        self.stale = False
+        self.wake = anyio.Event()
+        self.local_at = -LOCAL_S
+
+    def __call__(self, entries: Any) -> None:
+        if entries:
+            self.entries.extend(entries)
+        else:
+            self.stale = True  # the store did not say what it appended: read it
+        self.local_at = anyio.current_time()
+        self.wake.set()
+
+
+async def fold_response(
+    store: ThreadStore, projection: ResponseProjection, *, follow: bool
+) -> AsyncIterator[dict[str, Any]]:
+    """Yield the stream events of a response from the journal; with ``follow``, wait for
+    more (handed over in memory when appended here) until the turn ends."""
+    if not follow:
+        async for event in _read_to_end(store, projection):
+            yield event
+        return
+    handed = _Handed()
+    # Listening before the first read: whatever commits after it is handed over.
+    forget = store.append_wakeups.listen(projection.thread_id, handed)
+    try:
+        after = projection.last_journal_sequence
+        read = True
+        while not projection.done:
+            if read or handed.stale:
+                handed.entries.clear()  # the read covers all of it (cleared before it)
+                handed.stale = False
+                entries = await store.read_events(projection.thread_id, after=after, limit=PAGE)
+                for entry in entries:
+                    if entry.sequence != after + 1:
+                        break  # read again from the last sequence folded
+                    after = entry.sequence
+                    for event in projection.feed(entry):
+                        yield event
+                read = len(entries) >= PAGE
+                continue
+            while handed.entries and not handed.stale and not projection.done:
+                entry = handed.entries.popleft()
+                if entry.sequence <= after:
+                    continue  # the read had it
+                if entry.sequence != after + 1:
+                    read = True  # a gap (another process's append, an overflow): read it
+                    break
+                after = entry.sequence
+                for event in projection.feed(entry):
+                    yield event
+            if read or handed.stale or handed.entries or projection.done:
+                continue
+            handed.wake = anyio.Event()
+            if anyio.current_time() - handed.local_at < LOCAL_S:
+                # Busy here: the next append is handed over; no store call per append.
+                with anyio.move_on_after(LOCAL_S):
+                    await handed.wake.wait()
+                continue
+            last = await store.wait_for_events(projection.thread_id, after, WAIT_S)
+            if last > after and not handed.entries and not handed.stale:
+                read = True  # not appended here: another process, or no entries said
+    finally:
+        forget()
+
+
+async def _read_to_end(
+    store: ThreadStore, projection: ResponseProjection
+) -> AsyncIterator[dict[str, Any]]:
+    after = projection.last_journal_sequence
+    while not projection.done:
+        entries = await store.read_events(projection.thread_id, after=after, limit=PAGE)
+        for entry in entries:
+            if entry.sequence != after + 1:
+                break
+            after = entry.sequence
+            for event in projection.feed(entry):
+                yield event
+        if len(entries) < PAGE:
+            return
