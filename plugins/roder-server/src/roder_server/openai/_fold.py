@@ -62,15 +62,26 @@ class _Handed:
 
 
 async def fold_response(
-    store: ThreadStore, projection: ResponseProjection, *, follow: bool
+    store: ThreadStore,
+    projection: ResponseProjection,
+    *,
+    follow: bool,
+    runs_here: bool = False,
 ) -> AsyncIterator[dict[str, Any]]:
     """Yield the stream events of a response from the journal; with ``follow``, wait for
-    more (handed over in memory when appended here) until the turn ends."""
+    more (handed over in memory when appended here) until the turn ends.
+
+    ``runs_here``: the response's turn runs in this process (its session is here), so its
+    first appends are handed over too: the fold waits for them (up to :data:`LOCAL_S`)
+    before it asks the store.
+    """
     if not follow:
         async for event in _read_to_end(store, projection):
             yield event
         return
     handed = _Handed()
+    if runs_here:
+        handed.local_at = anyio.current_time()
     # Listening before the first read: whatever commits after it is handed over.
     forget = store.append_wakeups.listen(projection.thread_id, handed)
     try:

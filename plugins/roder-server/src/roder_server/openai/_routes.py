@@ -63,7 +63,9 @@ from roder_server.openai._projection import (
 EXTRA_KEY = "openai_responses"
 """The thread ``extra`` key holding each response's request parameters, by turn id."""
 
-_LOCKS = [anyio.Lock() for _ in range(64)]
+_LOCKS = [anyio.Semaphore(1) for _ in range(64)]
+"""The per-thread serialisation of the ``extra`` read-modify-writes in this process
+(semaphores: a response's write releases it in another task than the one that took it)."""
 _FIELDS = frozenset(
     {
         "model",
@@ -190,7 +192,8 @@ async def _start(
     existing thread the parameters (with ``journal_after``: the thread's last sequence
     before the turn) are written while the run is submitted, not before it, so the two
     durable writes overlap instead of following each other (and the per-thread lock of
-    the parameters' read-modify-write is not held while the run is submitted). Nothing is
+    the parameters' read-modify-write is not held while the run is submitted; its read is
+    the one that finds ``journal_after``). Nothing is
     streamed before both are done; the input is accepted (journaled) before this returns.
     """
     if thread_id is None:
@@ -202,10 +205,26 @@ async def _start(
         await submit(thread_id, turn_id)
         return thread_id, turn_id, entry
     turn_id = _new_turn_id(thread_id)
-    # Every event of the turn comes after the thread's last sequence before the run is
-    # submitted: the response's stream folds from there. 404 for an unknown conversation.
-    entry = {**params, "journal_after": (await store.get_thread(thread_id)).last_sequence}
-    remember = partial(_remember, store, thread_id, turn_id, entry)
+    # One metadata read (404 for an unknown conversation) is both the read of the
+    # parameters' read-modify-write and ``journal_after``: every event of the turn comes
+    # after the thread's last sequence before the run is submitted, where the response's
+    # stream folds from. The lock is held from the read to the write (not the submit).
+    lock = _LOCKS[hash(thread_id) % len(_LOCKS)]
+    await lock.acquire()
+    try:
+        metadata = await store.get_thread(thread_id)
+    except BaseException:
+        lock.release()
+        raise
+    entry = {**params, "journal_after": metadata.last_sequence}
+
+    async def remember() -> None:
+        try:
+            extra = _with_entry(metadata, turn_id, entry)
+            await store.update_thread(thread_id, extra=extra)
+        finally:
+            lock.release()
+
     failures = await _together(remember, partial(submit, thread_id, turn_id))
     for failure in failures:  # the run's own error (a 413, a 429) first
         if failure is not None:
@@ -292,7 +311,7 @@ async def create_response(request: Request) -> Response:
         await tenant.dispatcher.approve(thread_id, call_id, answer.approve, answer.reason)
     if parsed.text is None and not results and thread_id is not None and previous is not None:
         # Only approvals: they continue the turn that asked; answer with its response.
-        return await _answer(store, thread_id, previous_turn, body)
+        return await _answer(tenant, store, thread_id, previous_turn, body)
     extras: dict[str, Any] = {}
     if specs or results:
         # Client function tools ride with the input (roder_runtime's client tools).
@@ -307,10 +326,11 @@ async def create_response(request: Request) -> Response:
 
     with anyio.CancelScope(shield=True):  # a client that leaves does not cancel the run
         started, turn_id, entry = await _start(tenant, store, thread_id, params, submit)
-    return await _answer(store, started, turn_id, body, entry)
+    return await _answer(tenant, store, started, turn_id, body, entry)
 
 
 async def _answer(
+    tenant: Any,
     store: ThreadStore,
     thread_id: str,
     turn_id: str,
@@ -320,10 +340,12 @@ async def _answer(
     if params is None:
         params = await _params(store, thread_id, turn_id)
     projection = _projection(thread_id, turn_id, params)
+    # Its session is here (it was just submitted here): the appends are handed over.
+    here = tenant.dispatcher.local_session(thread_id) is not None
     if body.get("stream"):
-        return _sse(fold_response(store, projection, follow=True), -1)
+        return _sse(fold_response(store, projection, follow=True, runs_here=here), -1)
     follow = not body.get("background")
-    async for _ in fold_response(store, projection, follow=follow):
+    async for _ in fold_response(store, projection, follow=follow, runs_here=here):
         pass
     return json_response(projection.response())
 
