@@ -4,6 +4,7 @@ the thread is free — JSONL, SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import sys
@@ -53,6 +54,17 @@ def alive(pid: int) -> bool:
     return True
 
 
+def lock_is_free(path: Path) -> bool:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 async def test_a_forked_child_does_not_keep_the_lease_of_a_killed_holder(
     store: tuple[str, str],
 ) -> None:
@@ -75,6 +87,13 @@ async def test_a_forked_child_does_not_keep_the_lease_of_a_killed_holder(
             os.kill(holder.pid, signal.SIGKILL)
             await holder.wait()
             assert alive(child_pid)  # the background job runs on, descriptors and all
+            if kind == "jsonl":
+                # The holder's liveness marker says "dead" while its child runs: the next
+                # store catches the index up from the journals it may have left behind.
+                markers = list((Path(where) / "sessions").glob("*.session"))
+                assert markers, "the holder wrote: it has a liveness marker"
+                for marker in markers:
+                    assert lock_is_free(marker), f"{marker.name} is still locked"
             async with runtime_on(kind, where) as runtime:
                 with anyio.fail_after(20):
                     async with runtime.start_session(thread_id) as session:

@@ -30,6 +30,8 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]  # the filelock fallback below takes over
 
+from roder_api.storekit import close_on_fork, forget_on_fork
+
 if TYPE_CHECKING:  # imported where used: only where there is no fcntl (Windows)
     from filelock import FileLock
 
@@ -204,6 +206,9 @@ class WriterMarker:
         name = f"{os.getpid()}-{os.urandom(6).hex()}"
         hidden = self.directory / f".{name}.tmp"
         fd = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        # Before the lock is taken: a child forked without exec (a tool's background job)
+        # must not keep this marker locked, or its writer's death is never seen.
+        close_on_fork(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             final = self.directory / f"{name}.session"
@@ -215,6 +220,7 @@ class WriterMarker:
                 finally:
                     os.close(directory)
         except BaseException:
+            forget_on_fork(fd)
             os.close(fd)
             raise
         self._fd = fd
@@ -231,12 +237,14 @@ class WriterMarker:
         except FileNotFoundError:
             pass
         finally:
+            forget_on_fork(fd)
             os.close(fd)
 
     def abandon(self) -> None:
         """Release the marker's lock but keep the file: the next opener will catch up."""
         fd, self._fd = self._fd, None
         if fd is not None:
+            forget_on_fork(fd)
             os.close(fd)
 
 
