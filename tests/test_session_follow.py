@@ -17,7 +17,7 @@ from roder_api import ExtensionRegistryBuilder
 from roder_api.events import InputAccepted, TurnComplete, TurnStarted
 from roder_api.inference import AgentInferenceRequest, Completed, InferenceTurnContext, MessageDelta
 from roder_api.testing import Delay, ScriptedEngine, ScriptStep
-from roder_api.threads import ThreadMetadata, ThreadStore
+from roder_api.threads import EventPage, ThreadMetadata, ThreadStore
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig, Session
 
@@ -38,6 +38,20 @@ def _runtime(path: Path, first: Sequence[ScriptStep]) -> Runtime:
     builder.inference_engine(ScriptedEngine(turns=script))
     builder.thread_store_factory(JsonlThreadStoreFactory(base_path=path))
     return Runtime(builder.build(), RuntimeConfig())
+
+
+class CountedPages:
+    """Counts the page reads (``event_page``) of a real store (the store is untouched)."""
+
+    def __init__(self, store: ThreadStore) -> None:
+        self.reads = 0
+        page = store.event_page
+
+        async def counted(thread_id: str, **kwargs: Any) -> EventPage:
+            self.reads += 1
+            return await page(thread_id, **kwargs)
+
+        store.event_page = counted  # type: ignore[method-assign]
 
 
 class CountedMetadata:
@@ -110,3 +124,17 @@ async def test_a_following_session_reads_the_metadata_once_when_it_opens(
             opened = counted.reads
     # One read that the thread exists, one for the follower's start and the open turns.
     assert opened == 2
+
+
+async def test_a_session_on_a_new_thread_reads_no_page_of_its_empty_journal(
+    tmp_path: Path,
+) -> None:
+    async with _runtime(tmp_path / "threads", [MessageDelta("a"), Completed("stop")]) as rt:
+        thread_id = (await rt.create_thread()).thread_id
+        pages = CountedPages(await rt.store())
+        async with rt.start_session(thread_id, follow_journal=True):
+            assert pages.reads == 0, "the metadata said the journal is empty"
+        await rt.run_turn(thread_id, "one")
+        pages.reads = 0
+        async with rt.start_session(thread_id, follow_journal=True):
+            assert pages.reads == 1, "a journal with events is paged for leftovers"

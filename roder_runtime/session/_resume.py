@@ -50,6 +50,8 @@ async def read_tail(
     """
     if metadata is None:
         metadata = await journal.metadata()
+    if not metadata.last_sequence:
+        return []  # an empty journal (a new thread): nothing to page through
     looking = set(metadata.open_turns)
     answered: set[str] = set()
     found_start = False
