@@ -4,7 +4,9 @@ and still the exact events of the journal, in order, when appends come from anot
 
 from __future__ import annotations
 
+import gc
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from roder_api.testing import ScriptedEngine
 from roder_api.threads import ThreadMetadata, ThreadStore
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime, RuntimeConfig
-from roder_server.openai._fold import fold_response
+from roder_server.openai._fold import AppendFeed, fold_response
 from roder_server.openai._projection import ResponseProjection
 
 pytestmark = pytest.mark.anyio
@@ -122,3 +124,44 @@ async def test_appends_by_another_process_are_read_in_order(tmp_path: Path) -> N
     finally:
         await here.aclose()
         await there.aclose()
+
+
+async def test_a_response_created_here_is_folded_without_any_read(tmp_path: Path) -> None:
+    events = await _one_turn(tmp_path / "source", 10)
+    store = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
+    try:
+        counted = Counted(store)
+        feed = AppendFeed(store, "th")  # before the thread exists, as create_response does
+        await store.create_thread(_thread())
+        await store.append_events("th", events[:3])  # the run's start, before the stream
+        projection = ResponseProjection("th", "turn_one", "scripted/scripted-1")
+        got: list[dict[str, Any]] = []
+
+        async def collect() -> None:
+            async for event in fold_response(store, projection, follow=True, feed=feed):
+                got.append(event)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            with anyio.fail_after(30):
+                for event in events[3:]:
+                    await store.append_events("th", [event])
+                    await anyio.lowlevel.checkpoint()
+        assert got == _expected(await store.read_events("th"))
+        assert counted.reads == 1, "only the check above read the journal"
+    finally:
+        await store.aclose()
+
+
+async def test_a_feed_nobody_holds_is_not_kept_alive_by_the_store(tmp_path: Path) -> None:
+    store = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
+    try:
+        await store.create_thread(_thread())
+        feed = AppendFeed(store, "th")  # a response whose stream never started
+        gone = weakref.ref(feed)
+        del feed
+        gc.collect()
+        assert gone() is None
+        await store.append_events("th", (await _one_turn(tmp_path / "source", 1))[:1])
+    finally:
+        await store.aclose()

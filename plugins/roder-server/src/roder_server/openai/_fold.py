@@ -14,8 +14,9 @@ out as soon as its append is durable.
 
 from __future__ import annotations
 
+import weakref
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
@@ -40,25 +41,43 @@ HANDED_LIMIT = 4096
 """How many handed-over entries a fold holds; past it the oldest go and it reads them."""
 
 
-class _Handed:
-    """What one fold is handed: entries in append order, or ``stale`` (read the store);
-    ``wake`` set at each hand-over, ``local_at`` the time of the last."""
+class AppendFeed:
+    """What this process appends to a thread from now on: entries in append order, or
+    ``stale`` (read the store); ``wake`` set at each hand-over, ``local_at`` the time of
+    the last. Listened to weakly: :meth:`close` ends it, and a feed nobody holds any more
+    (a response whose stream never started) is forgotten at the thread's next append."""
 
-    __slots__ = ("entries", "local_at", "stale", "wake")
+    __slots__ = ("__weakref__", "_forget", "entries", "local_at", "stale", "wake")
 
-    def __init__(self) -> None:
+    def __init__(self, store: ThreadStore, thread_id: str) -> None:
         self.entries: deque[JournalEvent] = deque(maxlen=HANDED_LIMIT)
         self.stale = False
         self.wake = anyio.Event()
         self.local_at = -LOCAL_S
+        ref = weakref.ref(self)
 
-    def __call__(self, entries: Any) -> None:
+        def deliver(entries: Sequence[JournalEvent]) -> None:
+            feed = ref()
+            if feed is None:
+                forget()
+            else:
+                feed.take(entries)
+
+        forget = store.append_wakeups.listen(thread_id, deliver)
+        self._forget = forget
+
+    def take(self, entries: Sequence[JournalEvent]) -> None:
+        """Take the entries of one durable append (none: read them from the store)."""
         if entries:
             self.entries.extend(entries)
         else:
             self.stale = True  # the store did not say what it appended: read it
         self.local_at = anyio.current_time()
         self.wake.set()
+
+    def close(self) -> None:
+        """Stop listening."""
+        self._forget()
 
 
 async def fold_response(
@@ -67,26 +86,33 @@ async def fold_response(
     *,
     follow: bool,
     runs_here: bool = False,
+    feed: AppendFeed | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
     """Yield the stream events of a response from the journal; with ``follow``, wait for
     more (handed over in memory when appended here) until the turn ends.
 
     ``runs_here``: the response's turn runs in this process (its session is here), so its
     first appends are handed over too: the fold waits for them (up to :data:`LOCAL_S`)
-    before it asks the store.
+    before it asks the store. ``feed``: the thread's appends here, listened to since
+    before ``projection.last_journal_sequence`` was read (the response was created here):
+    the fold starts from what it was handed, without a read unless there is a gap. The
+    fold closes it.
     """
     if not follow:
+        if feed is not None:
+            feed.close()
         async for event in _read_to_end(store, projection):
             yield event
         return
-    handed = _Handed()
+    read = feed is None
+    if feed is None:
+        # Listening before the first read: whatever commits after it is handed over.
+        feed = AppendFeed(store, projection.thread_id)
+    handed = feed
     if runs_here:
         handed.local_at = anyio.current_time()
-    # Listening before the first read: whatever commits after it is handed over.
-    forget = store.append_wakeups.listen(projection.thread_id, handed)
     try:
         after = projection.last_journal_sequence
-        read = True
         while not projection.done:
             if read or handed.stale:
                 handed.entries.clear()  # the read covers all of it (cleared before it)
@@ -122,7 +148,7 @@ async def fold_response(
             if last > after and not handed.entries and not handed.stale:
                 read = True  # not appended here: another process, or no entries said
     finally:
-        forget()
+        handed.close()
 
 
 async def _read_to_end(

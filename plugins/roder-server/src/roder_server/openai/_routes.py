@@ -43,7 +43,7 @@ from roder_server.openai._convert import (
     parse_input,
     split_model,
 )
-from roder_server.openai._fold import fold_response
+from roder_server.openai._fold import AppendFeed, fold_response
 from roder_server.openai._http import (
     conversation_id,
     items_of,
@@ -181,12 +181,13 @@ def _with_entry(
 async def _start(
     tenant: Any,
     store: ThreadStore,
-    thread_id: str | None,
+    thread_id: str,
+    create: bool,
     params: Mapping[str, Any],
     submit: Callable[[str, str], Awaitable[object]],
-) -> tuple[str, str, dict[str, Any]]:
-    """Keep a new response's parameters and submit its run; return ``(thread id, turn id,
-    entry)`` once both are durable.
+) -> tuple[str, dict[str, Any]]:
+    """Keep a new response's parameters and submit its run (on a new thread ``thread_id``
+    when ``create``); return ``(turn id, entry)`` once both are durable.
 
     A new conversation is created with the parameters in its ``extra`` (one write); on an
     existing thread the parameters (with ``journal_after``: the thread's last sequence
@@ -196,14 +197,13 @@ async def _start(
     the one that finds ``journal_after``). Nothing is
     streamed before both are done; the input is accepted (journaled) before this returns.
     """
-    if thread_id is None:
-        thread_id = uuid.uuid4().hex
+    if create:
         turn_id = _new_turn_id(thread_id)
         entry = {**params, "journal_after": 0}
         extra = _with_entry(None, turn_id, entry)
         await tenant.runtime.create_thread(thread_id, extra=extra)
         await submit(thread_id, turn_id)
-        return thread_id, turn_id, entry
+        return turn_id, entry
     turn_id = _new_turn_id(thread_id)
     # One metadata read (404 for an unknown conversation) is both the read of the
     # parameters' read-modify-write and ``journal_after``: every event of the turn comes
@@ -229,7 +229,7 @@ async def _start(
     for failure in failures:  # the run's own error (a 413, a 429) first
         if failure is not None:
             raise failure
-    return thread_id, turn_id, entry
+    return turn_id, entry
 
 
 async def _together(
@@ -324,9 +324,18 @@ async def create_response(request: Request) -> Response:
             thread, parsed.text or "", turn_id=turn, engine=engine, model=model, **extras
         )
 
-    with anyio.CancelScope(shield=True):  # a client that leaves does not cancel the run
-        started, turn_id, entry = await _start(tenant, store, thread_id, params, submit)
-    return await _answer(tenant, store, started, turn_id, body, entry)
+    create = thread_id is None
+    thread_id = thread_id or uuid.uuid4().hex
+    # Listening before the thread is created or its last sequence read: the response's
+    # stream starts from what this process appends, with no read back (AppendFeed).
+    feed = AppendFeed(store, thread_id)
+    try:
+        with anyio.CancelScope(shield=True):  # a client that leaves does not cancel the run
+            turn_id, entry = await _start(tenant, store, thread_id, create, params, submit)
+    except BaseException:
+        feed.close()
+        raise
+    return await _answer(tenant, store, thread_id, turn_id, body, entry, feed)
 
 
 async def _answer(
@@ -336,6 +345,7 @@ async def _answer(
     turn_id: str,
     body: Mapping[str, Any],
     params: Mapping[str, Any] | None = None,
+    feed: AppendFeed | None = None,
 ) -> Response:
     if params is None:
         params = await _params(store, thread_id, turn_id)
@@ -343,9 +353,9 @@ async def _answer(
     # Its session is here (it was just submitted here): the appends are handed over.
     here = tenant.dispatcher.local_session(thread_id) is not None
     if body.get("stream"):
-        return _sse(fold_response(store, projection, follow=True, runs_here=here), -1)
+        return _sse(fold_response(store, projection, follow=True, runs_here=here, feed=feed), -1)
     follow = not body.get("background")
-    async for _ in fold_response(store, projection, follow=follow, runs_here=here):
+    async for _ in fold_response(store, projection, follow=follow, runs_here=here, feed=feed):
         pass
     return json_response(projection.response())
 
