@@ -74,19 +74,27 @@ def lock_existing(path: str | Path, flags: int = os.O_RDONLY) -> int | None:
             fd = os.open(path, flags)
         except FileNotFoundError:
             return None
+        close_on_fork(fd)  # before the lock: a forked child must not keep the journal locked
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             if _same_file(path, fd):
                 return fd
         except BaseException:
-            os.close(fd)
+            unlock(fd)
             raise
-        os.close(fd)
+        unlock(fd)
+
+
+def unlock(fd: int) -> None:
+    """Close a descriptor :func:`lock_existing` returned, dropping its lock."""
+    forget_on_fork(fd)
+    os.close(fd)
 
 
 def lock_file(fd: int) -> None:
     """Lock the open file ``fd`` exclusively (a new journal, before it is linked into place)."""
     assert fcntl is not None
+    close_on_fork(fd)
     fcntl.flock(fd, fcntl.LOCK_EX)
 
 
@@ -97,7 +105,9 @@ def lock_directory_shared(directory: str | Path) -> int | None:
     """
     if fcntl is None:  # pragma: no cover - Windows
         return None
-    return _locked(os.open(directory, _DIRECTORY), fcntl.LOCK_SH)
+    fd = os.open(directory, _DIRECTORY)
+    close_on_fork(fd)  # a forked child must not keep creators' shared lock
+    return _locked(fd, fcntl.LOCK_SH)
 
 
 def _locked(fd: int, operation: int) -> int:
@@ -179,7 +189,7 @@ class ProcessLock:
             return
         fd, self._fd = self._fd, None
         if fd is not None:
-            os.close(fd)  # closing the last descriptor drops the flock
+            unlock(fd)  # closing the last descriptor drops the flock
 
 
 class WriterMarker:
