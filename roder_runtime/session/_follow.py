@@ -36,6 +36,9 @@ _WAIT_S = 5.0
 """How long one wait for new events lasts (then it is renewed; closing ends it sooner)."""
 _RETRY_S = 1.0
 """The pause after the store failed to answer, before following again."""
+LOCAL_S = 0.25
+"""How long after an append here the follower waits for the next one to be handed over
+before it asks the store (``wait_for_events``, a store call per wake)."""
 _HANDED = 4096
 """How many appended entries a following session holds until it takes them (past it the
 oldest go, and it reads them back from the store)."""
@@ -63,9 +66,6 @@ class JournalFollowing:
         self._followed = 0  # the last sequence the follower read
         self._follow_scope = anyio.CancelScope()
 
-    async def _follow_mark(self) -> int:
-        return await self.journal.last_sequence() if self._follow else 0
-
     def _start_following(self, task_group: anyio.abc.TaskGroup, after: int) -> None:
         if self._follow:
             self._followed = after
@@ -74,9 +74,9 @@ class JournalFollowing:
     async def _take_unread_input(self) -> None:
         """Queue the input other processes journaled that the follower has not read yet.
 
-        Called before an input would start a turn at once: input accepted elsewhere before
-        it (its ``InputAccepted`` already journaled, its 202 perhaps already answered) goes
-        first, as the follower would have queued it. Taking it twice is harmless
+        Called before every input is queued or started here: input accepted elsewhere
+        before it (its ``InputAccepted`` already journaled, its 202 perhaps already
+        answered) goes first, as the follower would have queued it. Taking it twice is harmless
         (:meth:`take_journaled_input` skips what is this session's already).
         """
         if self._follow:
@@ -143,25 +143,36 @@ class JournalFollowing:
     async def _follow_journal(self, after: int) -> None:
         # Until the session closes (it cancels the scope): take what others journaled.
         # Appends made in this process (this session's own, mostly) are handed over when
-        # durable (AppendWakeups.listen), so they are not read back; any gap is read.
+        # durable (AppendWakeups.listen), so they are not read back; any gap is read. While
+        # the thread is busy here the follower waits for the next hand-over (up to
+        # LOCAL_S) instead of asking the store after each one: the order of input across
+        # processes does not hang on how soon it asks, as every submit first takes the
+        # input journaled elsewhere that it has not read (_take_unread_input).
         journal = self.journal
-        handed: deque[JournalEvent] = deque(maxlen=_HANDED)
-        forget = journal.store.append_wakeups.listen(self.thread_id, handed.extend)
+        handed = _Handed()
+        # Opened to answer input submitted here: its appends are handed over first. Input
+        # journaled elsewhere meanwhile is taken by that submit, or polled LOCAL_S later.
+        handed.local_at = anyio.current_time()
+        forget = journal.store.append_wakeups.listen(self.thread_id, handed)
         try:
             with self._follow_scope:
                 while True:
                     try:
-                        if handed and handed[-1].sequence > after:
-                            last = handed[-1].sequence  # handed over: no store call
+                        if handed.entries and handed.entries[-1].sequence > after:
+                            last = handed.entries[-1].sequence  # handed over: no store call
+                        elif anyio.current_time() - handed.local_at < LOCAL_S:
+                            # Busy here: the next append is handed over; no store call.
+                            handed.wake = anyio.Event()
+                            with anyio.move_on_after(LOCAL_S):
+                                await handed.wake.wait()
+                            continue
                         else:
-                            # Never waited out locally: another process's input must be
-                            # seen before input submitted here later (journal order).
                             last = await journal.store.wait_for_events(
                                 self.thread_id, after, _WAIT_S
                             )
                         if last <= after:
                             continue
-                        entries = _contiguous(handed, after, last)
+                        entries = _contiguous(handed.entries, after, last)
                         if entries is None:
                             entries = await journal.read_events(after=after)
                     except Exception:  # noqa: BLE001 - a store hiccup: the turns report theirs
@@ -176,6 +187,23 @@ class JournalFollowing:
                         after = self._followed = entry.sequence
         finally:
             forget()
+
+
+class _Handed:
+    """What the follower is handed: appended entries in order (the oldest go past
+    :data:`_HANDED`), ``wake`` set at each hand-over, ``local_at`` the time of the last."""
+
+    __slots__ = ("entries", "local_at", "wake")
+
+    def __init__(self) -> None:
+        self.entries: deque[JournalEvent] = deque(maxlen=_HANDED)
+        self.wake = anyio.Event()
+        self.local_at = -LOCAL_S
+
+    def __call__(self, entries: Sequence[JournalEvent]) -> None:
+        self.entries.extend(entries)
+        self.local_at = anyio.current_time()
+        self.wake.set()
 
 
 def _contiguous(handed: deque[JournalEvent], after: int, last: int) -> list[JournalEvent] | None:

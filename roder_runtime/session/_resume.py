@@ -26,6 +26,7 @@ from roder_api.events import (
     TurnComplete,
     TurnStarted,
 )
+from roder_api.threads import ThreadMetadata
 from roder_api.transcript import AssistantMessage, UserMessage
 from roder_runtime.model._ids import new_id
 from roder_runtime.session._recorder import EventRecorder
@@ -37,7 +38,9 @@ _PAGE = 256
 _TRIES = 5
 
 
-async def read_tail(journal: ThreadJournal) -> list[JournalEvent]:
+async def read_tail(
+    journal: ThreadJournal, metadata: ThreadMetadata | None = None
+) -> list[JournalEvent]:
     """Return the journal's events from its last ``TurnStarted`` on, and further back to the
     acceptance of each turn the metadata says is open (all when it has none of them).
 
@@ -45,7 +48,11 @@ async def read_tail(journal: ThreadJournal) -> list[JournalEvent]:
     ``TurnStarted`` when its input was journaled in it (a ``UserMessage``): what was
     accepted before that has started already.
     """
-    looking = set((await journal.metadata()).open_turns)
+    if metadata is None:
+        metadata = await journal.metadata()
+    if not metadata.last_sequence:
+        return []  # an empty journal (a new thread): nothing to page through
+    looking = set(metadata.open_turns)
     answered: set[str] = set()
     found_start = False
     tail: list[JournalEvent] = []
@@ -118,7 +125,9 @@ Leftover = tuple[str, str, PendingToolStep | None]
 session left in a tool step, to finish."""
 
 
-async def find_leftovers(journal: ThreadJournal, recorder: EventRecorder) -> list[Leftover]:
+async def find_leftovers(
+    journal: ThreadJournal, recorder: EventRecorder, metadata: ThreadMetadata | None = None
+) -> list[Leftover]:
     """Close a dead session's open turn (through ``recorder``); return what is left to do.
 
     An open turn whose last tool step has calls without results is not closed: it comes
@@ -128,9 +137,13 @@ async def find_leftovers(journal: ThreadJournal, recorder: EventRecorder) -> lis
     into it, then ``TurnAborted(turn_id, "process_exited")``, by a conditional append on the last
     sequence read (read again when someone appended meanwhile). Then each input accepted
     for a later turn and never answered, in order.
+
+    ``metadata``: the thread's metadata just read (its open turns) for the first read of
+    the tail; a later try reads it again.
     """
     for _ in range(_TRIES):
-        tail = await read_tail(journal)
+        tail = await read_tail(journal, metadata)
+        metadata = None  # read again on the next try
         open_turn, taken, later = leftovers([e.event for e in tail])
         pending: list[Leftover] = [(turn_id, text, None) for turn_id, text in later]
         if open_turn is None:

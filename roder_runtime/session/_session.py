@@ -114,8 +114,11 @@ class Session(JournalFollowing):
         self._task_group = task_group
         task_group.start_soon(self._shielded, self._run_recorder)
         try:
-            followed = await self._follow_mark()  # before the leftovers: none missed
-            leftovers = await find_leftovers(self.journal, self.recorder)
+            # One read before the leftovers (none missed): where the follower starts, and
+            # the open turns the leftovers are looked for from.
+            metadata = await self.journal.metadata()
+            followed = metadata.last_sequence if self._follow else 0
+            leftovers = await find_leftovers(self.journal, self.recorder, metadata)
         except BaseException:
             await self._shutdown()
             raise
@@ -246,8 +249,7 @@ class Session(JournalFollowing):
 
     async def _submit_input(self, text: str, turn_id: str, *, announce: bool) -> str:
         self._check_room()
-        if self._turn is None and not self._queue:
-            await self._take_unread_input()  # accepted elsewhere first: it goes first
+        await self._take_unread_input()  # accepted elsewhere first: it goes first
         idle = self._turn is None and not self._queue and self.recorder.held == 0
         self._own_turns.add(turn_id)
         # Behind a running turn it is accepted now; else its turn's start journals it at

@@ -43,6 +43,7 @@ from roder_server.openai._convert import (
     parse_input,
     split_model,
 )
+from roder_server.openai._fold import AppendFeed, fold_response
 from roder_server.openai._http import (
     conversation_id,
     items_of,
@@ -62,12 +63,9 @@ from roder_server.openai._projection import (
 EXTRA_KEY = "openai_responses"
 """The thread ``extra`` key holding each response's request parameters, by turn id."""
 
-_PAGE = 512
-_LOCKS = [anyio.Lock() for _ in range(64)]
-_WAIT_S = 5.0
-"""The deadline of one wait for new events while a response runs. ``wait_for_events``
-returns at once when this process appends to the thread; an append by another process is
-found by the store's own wake-up (``LISTEN/NOTIFY``) or poll."""
+_LOCKS = [anyio.Semaphore(1) for _ in range(64)]
+"""The per-thread serialisation of the ``extra`` read-modify-writes in this process
+(semaphores: a response's write releases it in another task than the one that took it)."""
 _FIELDS = frozenset(
     {
         "model",
@@ -140,27 +138,6 @@ def _projection(thread_id: str, turn_id: str, params: Mapping[str, Any]) -> Resp
     )
 
 
-async def _fold(
-    store: ThreadStore, projection: ResponseProjection, *, follow: bool
-) -> AsyncIterator[dict[str, Any]]:
-    """Yield the stream events of a response from the journal: the journal read in pages,
-    never skipping a sequence; with ``follow``, waiting for more until the turn ends."""
-    after = projection.last_journal_sequence
-    while not projection.done:
-        entries = await store.read_events(projection.thread_id, after=after, limit=_PAGE)
-        for entry in entries:
-            if entry.sequence != after + 1:
-                break  # read again from the last sequence folded
-            after = entry.sequence
-            for event in projection.feed(entry):
-                yield event
-        if projection.done or len(entries) >= _PAGE:
-            continue
-        if not follow:
-            return
-        await store.wait_for_events(projection.thread_id, after, _WAIT_S)
-
-
 def _sse(events: AsyncIterator[dict[str, Any]], starting_after: int) -> StreamingResponse:
     async def body() -> AsyncIterator[bytes]:
         async for event in events:
@@ -204,38 +181,55 @@ def _with_entry(
 async def _start(
     tenant: Any,
     store: ThreadStore,
-    thread_id: str | None,
+    thread_id: str,
+    create: bool,
     params: Mapping[str, Any],
     submit: Callable[[str, str], Awaitable[object]],
-) -> tuple[str, str, dict[str, Any]]:
-    """Keep a new response's parameters and submit its run; return ``(thread id, turn id,
-    entry)`` once both are durable.
+) -> tuple[str, dict[str, Any]]:
+    """Keep a new response's parameters and submit its run (on a new thread ``thread_id``
+    when ``create``); return ``(turn id, entry)`` once both are durable.
 
     A new conversation is created with the parameters in its ``extra`` (one write); on an
     existing thread the parameters (with ``journal_after``: the thread's last sequence
     before the turn) are written while the run is submitted, not before it, so the two
     durable writes overlap instead of following each other (and the per-thread lock of
-    the parameters' read-modify-write is not held while the run is submitted). Nothing is
+    the parameters' read-modify-write is not held while the run is submitted; its read is
+    the one that finds ``journal_after``). Nothing is
     streamed before both are done; the input is accepted (journaled) before this returns.
     """
-    if thread_id is None:
-        thread_id = uuid.uuid4().hex
+    if create:
         turn_id = _new_turn_id(thread_id)
         entry = {**params, "journal_after": 0}
         extra = _with_entry(None, turn_id, entry)
         await tenant.runtime.create_thread(thread_id, extra=extra)
         await submit(thread_id, turn_id)
-        return thread_id, turn_id, entry
+        return turn_id, entry
     turn_id = _new_turn_id(thread_id)
-    # Every event of the turn comes after the thread's last sequence before the run is
-    # submitted: the response's stream folds from there. 404 for an unknown conversation.
-    entry = {**params, "journal_after": (await store.get_thread(thread_id)).last_sequence}
-    remember = partial(_remember, store, thread_id, turn_id, entry)
+    # One metadata read (404 for an unknown conversation) is both the read of the
+    # parameters' read-modify-write and ``journal_after``: every event of the turn comes
+    # after the thread's last sequence before the run is submitted, where the response's
+    # stream folds from. The lock is held from the read to the write (not the submit).
+    lock = _LOCKS[hash(thread_id) % len(_LOCKS)]
+    await lock.acquire()
+    try:
+        metadata = await store.get_thread(thread_id)
+    except BaseException:
+        lock.release()
+        raise
+    entry = {**params, "journal_after": metadata.last_sequence}
+
+    async def remember() -> None:
+        try:
+            extra = _with_entry(metadata, turn_id, entry)
+            await store.update_thread(thread_id, extra=extra)
+        finally:
+            lock.release()
+
     failures = await _together(remember, partial(submit, thread_id, turn_id))
     for failure in failures:  # the run's own error (a 413, a 429) first
         if failure is not None:
             raise failure
-    return thread_id, turn_id, entry
+    return turn_id, entry
 
 
 async def _together(
@@ -317,7 +311,7 @@ async def create_response(request: Request) -> Response:
         await tenant.dispatcher.approve(thread_id, call_id, answer.approve, answer.reason)
     if parsed.text is None and not results and thread_id is not None and previous is not None:
         # Only approvals: they continue the turn that asked; answer with its response.
-        return await _answer(store, thread_id, previous_turn, body)
+        return await _answer(tenant, store, thread_id, previous_turn, body)
     extras: dict[str, Any] = {}
     if specs or results:
         # Client function tools ride with the input (roder_runtime's client tools).
@@ -330,25 +324,38 @@ async def create_response(request: Request) -> Response:
             thread, parsed.text or "", turn_id=turn, engine=engine, model=model, **extras
         )
 
-    with anyio.CancelScope(shield=True):  # a client that leaves does not cancel the run
-        started, turn_id, entry = await _start(tenant, store, thread_id, params, submit)
-    return await _answer(store, started, turn_id, body, entry)
+    create = thread_id is None
+    thread_id = thread_id or uuid.uuid4().hex
+    # Listening before the thread is created or its last sequence read: the response's
+    # stream starts from what this process appends, with no read back (AppendFeed).
+    feed = AppendFeed(store, thread_id)
+    try:
+        with anyio.CancelScope(shield=True):  # a client that leaves does not cancel the run
+            turn_id, entry = await _start(tenant, store, thread_id, create, params, submit)
+    except BaseException:
+        feed.close()
+        raise
+    return await _answer(tenant, store, thread_id, turn_id, body, entry, feed)
 
 
 async def _answer(
+    tenant: Any,
     store: ThreadStore,
     thread_id: str,
     turn_id: str,
     body: Mapping[str, Any],
     params: Mapping[str, Any] | None = None,
+    feed: AppendFeed | None = None,
 ) -> Response:
     if params is None:
         params = await _params(store, thread_id, turn_id)
     projection = _projection(thread_id, turn_id, params)
+    # Its session is here (it was just submitted here): the appends are handed over.
+    here = tenant.dispatcher.local_session(thread_id) is not None
     if body.get("stream"):
-        return _sse(_fold(store, projection, follow=True), -1)
+        return _sse(fold_response(store, projection, follow=True, runs_here=here, feed=feed), -1)
     follow = not body.get("background")
-    async for _ in _fold(store, projection, follow=follow):
+    async for _ in fold_response(store, projection, follow=follow, runs_here=here, feed=feed):
         pass
     return json_response(projection.response())
 
@@ -378,8 +385,8 @@ async def get_response(request: Request) -> Response:
             starting_after = int(text)
         except ValueError:
             raise bad_request("'starting_after' must be an integer", "starting_after") from None
-        return _sse(_fold(store, projection, follow=True), starting_after)
-    async for _ in _fold(store, projection, follow=False):
+        return _sse(fold_response(store, projection, follow=True), starting_after)
+    async for _ in fold_response(store, projection, follow=False):
         pass
     return json_response(projection.response())
 
@@ -389,7 +396,7 @@ async def cancel_response(request: Request) -> Response:
     tenant = tenant_of(request)
     store = await tenant.store()
     projection = _projection(thread_id, turn_id, await _params(store, thread_id, turn_id))
-    async for _ in _fold(store, projection, follow=False):
+    async for _ in fold_response(store, projection, follow=False):
         pass
     if not projection.done:
         if not await tenant.dispatcher.interrupt(thread_id, turn_id):
@@ -397,7 +404,7 @@ async def cancel_response(request: Request) -> Response:
                 409, "another server process runs this response; cancel it there", kind="conflict"
             )
         with anyio.move_on_after(10):
-            async for _ in _fold(store, projection, follow=True):
+            async for _ in fold_response(store, projection, follow=True):
                 pass
     return json_response(projection.response())
 
