@@ -104,7 +104,8 @@ def create_app(
     reaches its tenant with ``request.app.state.server.for_request(request)`` (a
     :class:`TenantState`: ``runtime``, ``dispatcher``, ``await store()``), submits a run
     with ``dispatcher.submit(...)``, reads events with ``store.read_events`` and waits for
-    new ones with ``store.wait_for_events`` (or streams them with ``journal_stream``).
+    new ones with ``store.wait_for_events`` (or streams them with ``journal_stream``, passing
+    ``task_group=request.app.state.server.waits``).
     """
     if not isinstance(settings, ServerSettings):
         settings = ServerSettings.from_table(settings)
