@@ -24,6 +24,7 @@ one-node echo graph; otherwise the table says it was skipped.
     python benchmarks/serve_bench.py --quick         # a short run (CI smoke)
     python benchmarks/serve_bench.py --json out.json # also write the figures as JSON
     python benchmarks/serve_bench.py --langgraph VENV  # langgraph dev from its own venv
+    python benchmarks/serve_bench.py --only persist  # just persist-to-client (and in process)
 """
 
 from __future__ import annotations
@@ -120,6 +121,33 @@ def persist_to_client(url: str, streams: int) -> list[float]:
     text = " ".join(f"w{i}" for i in range(20))
     stream_runs_at_once(url, threads, text, record)
     return lags
+
+
+def cpu_s(pid: int) -> float:
+    """Return the CPU seconds (user + system) ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_persist(quick: bool) -> dict[str, Any]:
+    """Run only the persist-to-client workload (and its in-process figure); with the
+    server's CPU seconds for it."""
+    streams = 20 if quick else 100
+    result: dict[str, Any] = {"quick": quick, "concurrent_streams": streams}
+    with tempfile.TemporaryDirectory() as directory:
+        slow = ServeProcess(
+            Path(directory) / "slow", "jsonl", delta_delay_ms=20, max_streams=streams + 50
+        )
+        with slow:
+            before = cpu_s(slow.pid)
+            lags = persist_to_client(slow.url, streams)
+            result["server_cpu_s"] = cpu_s(slow.pid) - before
+    result["persist_to_client_p50_ms"] = _percentile(lags, 0.5)
+    result["persist_to_client_p99_ms"] = _percentile(lags, 0.99)
+    local = in_process_persist_to_deliver(streams)
+    result["in_process_p50_ms"] = _percentile(local, 0.5)
+    result["in_process_p99_ms"] = _percentile(local, 0.99)
+    return result
 
 
 def in_process_persist_to_deliver(streams: int) -> list[float]:
@@ -344,9 +372,25 @@ def main(argv: list[str] | None = None) -> int:
         help="the langgraph command, or a venv with langgraph-cli[inmem] (default: "
         f"${_serve_langgraph.LANGGRAPH_ENV}, else beside this Python, else on PATH)",
     )
+    parser.add_argument(
+        "--only",
+        choices=["persist"],
+        help="run one workload: persist (persist-to-client p50/p99 of the concurrent "
+        "streams, its in-process figure and the server's CPU for it)",
+    )
     args = parser.parse_args(argv)
-    result = measure(args.quick, args.langgraph)
-    print_table(result)
+    if args.only == "persist":
+        result = measure_persist(args.quick)
+        print(
+            f"persist-to-client p50 / p99 ({result['concurrent_streams']} streams): "
+            f"{result['persist_to_client_p50_ms']:.1f} / "
+            f"{result['persist_to_client_p99_ms']:.1f} ms; in process "
+            f"{result['in_process_p50_ms']:.1f} / {result['in_process_p99_ms']:.1f} ms; "
+            f"server CPU {result['server_cpu_s']:.2f} s; load {os.getloadavg()[0]:.1f}"
+        )
+    else:
+        result = measure(args.quick, args.langgraph)
+        print_table(result)
     if args.json:
         Path(args.json).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     return 0

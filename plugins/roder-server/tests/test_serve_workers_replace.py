@@ -74,7 +74,7 @@ def _streaming(reader: StreamReader, deltas: int = 5) -> bool:
     return "turn_started" in kinds and kinds.count("assistant_content_delta") >= deltas
 
 
-@pytest.mark.parametrize("backend", ["jsonl", "postgres"])
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite", "postgres"])
 def test_a_killed_worker_is_replaced_and_the_server_lives(
     serve: Callable[..., Server], backend: str
 ) -> None:

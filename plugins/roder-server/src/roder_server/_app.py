@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -61,12 +62,14 @@ class TenantState:
 
 @dataclass(slots=True)
 class ServerState:
-    """What the routes reach through ``request.app.state.server``: the settings, the tenants
-    and the count of open streams."""
+    """What the routes reach through ``request.app.state.server``: the settings, the tenants,
+    the count of open streams and, while the app runs, the task group of the streams' store
+    waits (``waits``; see ``journal_stream``)."""
 
     settings: ServerSettings
     tenants: dict[str, TenantState] = field(default_factory=dict)
     streams: int = 0
+    waits: anyio.abc.TaskGroup | None = None
 
     def for_request(self, request: Request) -> TenantState:
         """Return the tenant state of a request (set by the auth middleware)."""
@@ -101,7 +104,8 @@ def create_app(
     reaches its tenant with ``request.app.state.server.for_request(request)`` (a
     :class:`TenantState`: ``runtime``, ``dispatcher``, ``await store()``), submits a run
     with ``dispatcher.submit(...)``, reads events with ``store.read_events`` and waits for
-    new ones with ``store.wait_for_events`` (or streams them with ``journal_stream``).
+    new ones with ``store.wait_for_events`` (or streams them with ``journal_stream``, passing
+    ``task_group=request.app.state.server.waits``).
     """
     if not isinstance(settings, ServerSettings):
         settings = ServerSettings.from_table(settings)
@@ -119,7 +123,13 @@ def create_app(
             for tenant in server.tenants.values():
                 await tg.start(tenant.dispatcher.run)
             try:
-                yield
+                async with anyio.create_task_group() as waits:
+                    server.waits = waits
+                    try:
+                        yield
+                    finally:
+                        server.waits = None
+                        waits.cancel_scope.cancel()
             finally:
                 tg.cancel_scope.cancel()
 

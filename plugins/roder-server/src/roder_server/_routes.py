@@ -215,6 +215,7 @@ async def thread_stream(request: Request) -> Response:
                 after,
                 heartbeat_s=state.settings.heartbeat_s,
                 until_turn_end=until == "turn_end",
+                task_group=state.state.waits,
             ):
                 yield chunk
         except ThreadNotFoundError:

@@ -9,6 +9,9 @@ one sent), an append whose entries were not handed over, an overflow of a slow s
 queue, or an append by another process (a gap at the next append here, or found by
 ``ThreadStore.wait_for_events``: a poll or ``LISTEN/NOTIFY``, which a stream asks only once
 the thread has been quiet here for :data:`LOCAL_S`) sends the stream back to the store.
+Given a task group (the app's), a stream runs that store wait in a task of it and takes a
+hand-over at once, without waiting for the store read in flight (a poll queued behind many
+session starts held the first events of a burst of runs for tens of ms).
 What is ready goes out as one write. Sequences are strictly increasing with no gap: a
 reconnect with ``Last-Event-ID: N`` (or ``?after=N``) continues at ``N + 1`` from any
 process. A ``: keepalive`` comment goes out each time a wait (bounded by ``heartbeat_s``)
@@ -24,6 +27,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import anyio
+import anyio.abc
 import anyio.lowlevel
 import orjson
 
@@ -135,9 +139,15 @@ async def journal_stream(
     *,
     heartbeat_s: float,
     until_turn_end: bool = False,
+    task_group: anyio.abc.TaskGroup | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield the SSE messages of every event after ``after``, then live ones, forever (or
-    until the first turn end sent, with ``until_turn_end``)."""
+    until the first turn end sent, with ``until_turn_end``).
+
+    ``task_group`` (one that outlives the stream, such as the app's): the store's
+    ``wait_for_events`` runs in a task of it, so that an append handed over meanwhile is
+    sent at once (the wait is then cancelled; a store read it had begun ends in the
+    background). Without it the stream awaits ``wait_for_events`` itself."""
     yield b"retry: 1000\n\n"
     # Subscribed before the first read: whatever commits after it is handed over.
     with _subscribe(store, thread_id) as feed:
@@ -185,10 +195,62 @@ async def journal_stream(
                 with anyio.move_on_after(LOCAL_S):
                     await feed.wake.wait()
                 continue
-            last = await store.wait_for_events(thread_id, after, heartbeat_s)
+            last = None
+            if task_group is not None:
+                last = await _store_wait(task_group, store, feed, thread_id, after, heartbeat_s)
+                if last is None and (feed.queue or feed.stale):
+                    continue  # handed over before the store answered
+            if last is None:
+                # No task group, or the wait got no answer in time (or could not start).
+                last = await store.wait_for_events(thread_id, after, heartbeat_s)
             if feed.queue or feed.stale:
                 continue  # handed over meanwhile (the append that woke the wait)
             if last > after:
                 read = True  # not appended here: another process, or no entries said
             else:
                 yield b": keepalive\n\n"
+
+
+_ANSWER_GRACE_S = 5.0
+"""How long past ``heartbeat_s`` a stream waits for the store's answer before it asks the
+store itself (a store slower than that is waited for in the stream, as without a group)."""
+
+
+async def _store_wait(
+    task_group: anyio.abc.TaskGroup,
+    store: ThreadStore,
+    feed: _Feed,
+    thread_id: str,
+    after: int,
+    heartbeat_s: float,
+) -> int | None:
+    """Return ``store.wait_for_events(thread_id, after, heartbeat_s)`` run in a task of
+    ``task_group``, or None once an append is handed over first (or no answer came)."""
+    wake = feed.wake = anyio.Event()  # set by a hand-over, or by the task once it ends
+    answer: list[int | BaseException] = []
+    scope = anyio.CancelScope()
+
+    async def ask() -> None:
+        try:
+            with scope:
+                answer.append(await store.wait_for_events(thread_id, after, heartbeat_s))
+        except Exception as exc:  # noqa: BLE001 - raised in the stream below
+            answer.append(exc)
+        finally:
+            wake.set()
+
+    try:
+        task_group.start_soon(ask)
+    except RuntimeError:
+        return None  # the group is closed (the app is stopping): the stream asks itself
+    try:
+        with anyio.move_on_after(heartbeat_s + _ANSWER_GRACE_S):
+            await wake.wait()
+    finally:
+        scope.cancel()  # handed over first: a read begun ends in the background, unread
+    if not answer:
+        return None
+    found = answer[0]
+    if isinstance(found, BaseException):
+        raise found
+    return found

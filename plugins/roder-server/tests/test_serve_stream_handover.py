@@ -1,0 +1,129 @@
+"""A stream waiting on the store for other processes' appends takes a local hand-over at
+once: it never waits for its own store read (a poll behind a busy worker pool) to finish.
+
+A real JSONL store in a real app (``create_app`` with its lifespan); the store's
+``get_thread`` (what a stream's wait polls) is held in a worker thread, as a read queued
+behind many session starts is."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import orjson
+import pytest
+from starlette.testclient import TestClient
+
+from roder_api.events import AssistantContentDelta, ContentPhase, TurnComplete
+from roder_api.threads import ThreadMetadata
+from roder_jsonl_thread_store import JsonlThreadStoreFactory
+from roder_runtime import Runtime
+from roder_server import ServerSettings, create_app, journal_stream
+
+
+def _hold_polls(store: Any, entered: threading.Event, gate: threading.Event) -> None:
+    """Hold every ``get_thread`` after the stream route's own (its existence check) in a
+    worker thread until ``gate`` opens (at most 60 s)."""
+    original = store.get_thread
+    calls = 0
+
+    async def held(thread_id: str) -> ThreadMetadata:
+        nonlocal calls
+        calls += 1
+        if calls >= 2:
+            entered.set()
+            await anyio.to_thread.run_sync(gate.wait, 60)
+        result: ThreadMetadata = await original(thread_id)
+        return result
+
+    store.get_thread = held
+
+
+def test_a_waiting_stream_takes_a_hand_over_without_finishing_its_store_read(
+    tmp_path: Path,
+) -> None:
+    runtime = Runtime.from_config(
+        {"thread_store": {"backend": "jsonl", "path": str(tmp_path / "threads")}}
+    )
+    app = create_app(runtime, ServerSettings(heartbeat_s=30), tokens={})
+    entered, gate = threading.Event(), threading.Event()
+    got: list[bytes] = []
+    try:
+        with TestClient(app) as client:
+            tid = client.post("/v1/threads", json={}).json()["thread_id"]
+            assert client.portal is not None
+            store = client.portal.call(runtime.store)
+            _hold_polls(store, entered, gate)
+
+            def read() -> None:
+                got.append(client.get(f"/v1/threads/{tid}/stream?until=turn_end").content)
+
+            reader = threading.Thread(target=read, daemon=True)
+            reader.start()
+            try:
+                assert entered.wait(30), "the stream never waited on the store"
+                words = [
+                    AssistantContentDelta("t1", "s1", ContentPhase.FINAL_ANSWER, f"w{i} ")
+                    for i in range(3)
+                ]
+                client.portal.call(store.append_events, tid, [*words, TurnComplete("t1")])
+                reader.join(20)
+                held = reader.is_alive()
+            finally:
+                gate.set()
+                reader.join(60)
+            assert not held, "the handed-over events waited for the stream's store read"
+    finally:
+        anyio.run(runtime.aclose)
+    assert _sequences(got) == [1, 2, 3, 4]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_with_a_task_group_another_store_objects_appends_still_arrive_in_order(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    here = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
+    there = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
+    try:
+        now = int(time.time() * 1000)
+        await here.create_thread(ThreadMetadata("th", now, now))
+        chunks: list[bytes] = []
+        async with anyio.create_task_group() as waits:
+            stream = journal_stream(
+                here, "th", 0, heartbeat_s=30, until_turn_end=True, task_group=waits
+            )
+
+            async def collect() -> None:
+                async for chunk in stream:
+                    chunks.append(chunk)
+
+            with anyio.fail_after(60):  # the stream ends at the turn end, read from there
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(collect)
+                    for i in range(30):
+                        # Appends here are handed over; there's are read (a gap, a poll).
+                        await (here if i % 3 else there).append_events("th", _words(2, 2 * i))
+                        await anyio.sleep(0.3 if i % 5 == 0 else 0)  # quiet: the store waits
+                    await there.append_events("th", [TurnComplete("t1")])
+            waits.cancel_scope.cancel()
+        assert _sequences(chunks) == list(range(1, 62))
+    finally:
+        await here.aclose()
+        await there.aclose()
+
+
+def _words(count: int, first: int) -> list[AssistantContentDelta]:
+    return [
+        AssistantContentDelta("t1", "s1", ContentPhase.FINAL_ANSWER, f"w{first + i} ")
+        for i in range(count)
+    ]
+
+
+def _sequences(chunks: list[bytes]) -> list[int]:
+    messages = [m for m in b"".join(chunks).split(b"\n\n") if m.startswith(b"id: ")]
+    return [orjson.loads(m.split(b"\ndata: ", 1)[1])["sequence"] for m in messages]
