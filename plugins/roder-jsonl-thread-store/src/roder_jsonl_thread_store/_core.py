@@ -226,6 +226,19 @@ class StoreCore:
             self.index_behind = True
             log.warning("could not update the JSONL index (%s); it will be caught up", exc)
 
+    def defer_rows(self, rows: Iterable[IndexRow]) -> None:
+        """Queue index rows to write later (:meth:`flush_rows`, or before the index is next
+        used): for a commit that wakes its callers before it updates the index."""
+        self.index.defer(rows)
+
+    def flush_rows(self) -> None:
+        """Write the deferred index rows; a failure leaves the index behind, caught up later."""
+        try:
+            self.index.flush()
+        except IndexUnavailable as exc:
+            self.index_behind = True
+            log.warning("could not update the JSONL index (%s); it will be caught up", exc)
+
     def delete_row(self, thread_id: str) -> None:
         """Remove a thread's index row; a failure leaves the index behind."""
         try:
@@ -279,6 +292,9 @@ class StoreCore:
 
     def close(self) -> None:
         """Make the index durable, end the session and close the index."""
+        self.flush_rows()
+        if self.index.dropped:
+            self.index_behind = True  # deferred rows were lost: the next opener catches up
         if self.session_started and not self.index_behind and self.durability != "none":
             # The marker may go only once our rows are durable: a power cut could otherwise
             # lose rows that nothing would tell a later store to rebuild.
