@@ -165,7 +165,7 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
             # truth; a row a crash loses is caught up from it).
             self._group = GroupCommit(
                 functools.partial(self._writer.commit, defer_index=True),
-                after=self._core.flush_rows,
+                after=self._core.flush_rows_soon,
             )
         commit = self._writer.events_commit(
             thread_id, events_list(payloads), events, expected_last_sequence

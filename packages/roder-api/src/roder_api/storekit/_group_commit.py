@@ -28,8 +28,8 @@ import logging
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -41,6 +41,11 @@ log = logging.getLogger(__name__)
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
+
+
+def _asyncio_event() -> Callable[[], _Event]:
+    event: Callable[[], _Event] = sys.modules["asyncio"].Event
+    return event
 
 
 def _loop_call_soon(
@@ -56,15 +61,23 @@ def _loop_call_soon(
     return None
 
 
+class _Event(Protocol):
+    """What a batch's callers wait on: ``anyio.Event``, or asyncio's own (a cheaper make)."""
+
+    def set(self) -> object: ...
+
+    def wait(self) -> Awaitable[object]: ...
+
+
 class _Batch(Generic[ItemT, ResultT]):
     """The items queued for one write, and their outcomes once it is done."""
 
     __slots__ = ("done", "items", "outcomes")
 
-    def __init__(self) -> None:
+    def __init__(self, done: _Event) -> None:
         self.items: list[ItemT] = []
         self.outcomes: Sequence[ResultT | BaseException] = ()
-        self.done = anyio.Event()
+        self.done = done
 
 
 class GroupCommit(Generic[ItemT, ResultT]):
@@ -108,6 +121,7 @@ class GroupCommit(Generic[ItemT, ResultT]):
         self._in_flight: _Batch[ItemT, ResultT] | None = None
         self._call_soon: Callable[[Callable[[], object]], object] | None = None
         self._later: Callable[[Callable[[], object]], object] | None = None
+        self._new_event: Callable[[], _Event] = anyio.Event
         self._lock = threading.Lock()
         self._idle = threading.Event()  # set while no batch is with a worker thread
         self._idle.set()
@@ -125,9 +139,10 @@ class GroupCommit(Generic[ItemT, ResultT]):
             self._call_soon, self._forming, self._busy = call_soon, None, False
             self._in_flight = None
             self._later = _loop_call_soon(call_soon)
+            self._new_event = anyio.Event if self._later is None else _asyncio_event()
         batch = self._forming
         if batch is None:
-            batch = self._forming = _Batch()
+            batch = self._forming = _Batch(self._new_event())
         index = len(batch.items)
         batch.items.append(item)
         if index == 0 and not self._busy:
