@@ -16,6 +16,7 @@ import anyio
 
 from roder_api import ExtensionRegistryBuilder
 from roder_api.testing import ScriptedEngine
+from roder_api.transcript import UserMessage
 from roder_runtime import Runtime
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -33,6 +34,9 @@ async def main(kind: str, where: str, thread_id: str) -> int:
     builder.inference_engine(ScriptedEngine())
     builder.thread_store_factory(factory(kind, where))
     async with Runtime(builder.build(), name="fork-holder") as runtime:
+        # A write first: a store that writes may hold more than the lease (the JSONL
+        # store's liveness marker), and a forked child must not keep any of it.
+        await runtime.persist_turn_item(thread_id, "turn-0", UserMessage("before the fork"))
         async with runtime.start_session(thread_id):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads

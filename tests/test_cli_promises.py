@@ -85,8 +85,25 @@ def test_chat_with_stdout_in_a_file_keeps_only_what_the_model_said(
         pos = wait_for(b"you>", pos)
         os.write(master, b"second\n")
         wait_for(b"you>", pos)
-        os.write(master, b"\x04")
-        assert child.wait(60) == 0
+        # Ctrl-D counts only at a prompt: one typed while the turn still runs reaches the
+        # terminal in canonical mode, whose line discipline takes it as end-of-file for a
+        # read nobody makes, and it is gone (as in any terminal program). A "you>" on the
+        # screen may be the accepted line redrawn, not the next prompt, so wait for the
+        # answer, then press Ctrl-D until the chat ends.
+        deadline = time.monotonic() + 60
+        while b"You said: second\n" not in answers.read_bytes():
+            assert time.monotonic() < deadline, answers.read_bytes()
+            if select.select([master], [], [], 0.05)[0]:
+                seen += os.read(master, 65536)
+        while True:
+            os.write(master, b"\x04")
+            try:
+                assert child.wait(3) == 0
+                break
+            except subprocess.TimeoutExpired:
+                assert time.monotonic() < deadline, f"Ctrl-D did not end the chat: {seen!r}"
+                while select.select([master], [], [], 0)[0]:
+                    seen += os.read(master, 65536)
     finally:
         os.close(master)
         if child.poll() is None:  # a wait that timed out: leave no process behind

@@ -294,6 +294,29 @@ def test_a_lazy_plugins_engine_with_a_wrong_table_is_reported_by_every_command_n
     assert thread_ids(installed_roder, env) == []  # a command that does not need it works
 
 
+def test_empty_input_still_reports_an_engine_that_does_not_exist_or_is_misconfigured(
+    installed_roder: Installed, env: dict[str, str]
+) -> None:
+    # Nothing to send is no reason to hide a wrong command line: the engine it names is
+    # looked up (and its table checked) before "nothing to send", as with a prompt.
+    for words in (("chat", "--engine", "nope"), ("prompt", "--engine", "nope", "-")):
+        done = run(installed_roder, *words, env=env, stdin="")
+        assert done.returncode == 1, (words, done.stderr)
+        assert "unknown inference engine id 'nope'" in done.stderr, done.stderr
+    path = config(
+        env,
+        '[engines.local]\ntype = "openai-chat"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        'modle = "gpt-5-mini"\n',
+    )
+    done = run(installed_roder, "chat", "--engine", "local", env=env, stdin="")
+    assert done.returncode == 1, done.stderr
+    assert f"{path}:4" in done.stderr and "modle" in done.stderr, done.stderr
+    path.write_text("")
+    fine = run(installed_roder, "chat", "--engine", "scripted", env=env, stdin="")
+    assert fine.returncode == 0 and "nothing to send" in fine.stderr, fine.stderr
+    assert thread_ids(installed_roder, env) == []
+
+
 def test_debug_after_any_subcommand_adds_the_traceback_as_before_it(
     installed_roder: Installed, env: dict[str, str]
 ) -> None:

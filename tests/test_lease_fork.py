@@ -4,6 +4,7 @@ the thread is free — JSONL, SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import sys
@@ -15,6 +16,7 @@ import pytest
 
 from roder_api import ExtensionRegistryBuilder
 from roder_api.testing import ScriptedEngine
+from roder_api.transcript import UserMessage
 from roder_runtime import Runtime
 
 from ._lease_child import factory
@@ -53,6 +55,17 @@ def alive(pid: int) -> bool:
     return True
 
 
+def lock_is_free(path: Path) -> bool:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 async def test_a_forked_child_does_not_keep_the_lease_of_a_killed_holder(
     store: tuple[str, str],
 ) -> None:
@@ -75,6 +88,13 @@ async def test_a_forked_child_does_not_keep_the_lease_of_a_killed_holder(
             os.kill(holder.pid, signal.SIGKILL)
             await holder.wait()
             assert alive(child_pid)  # the background job runs on, descriptors and all
+            if kind == "jsonl":
+                # The holder's liveness marker says "dead" while its child runs: the next
+                # store catches the index up from the journals it may have left behind.
+                markers = list((Path(where) / "sessions").glob("*.session"))
+                assert markers, "the holder wrote: it has a liveness marker"
+                for marker in markers:
+                    assert lock_is_free(marker), f"{marker.name} is still locked"
             async with runtime_on(kind, where) as runtime:
                 with anyio.fail_after(20):
                     async with runtime.start_session(thread_id) as session:
@@ -86,3 +106,47 @@ async def test_a_forked_child_does_not_keep_the_lease_of_a_killed_holder(
                 holder.kill()
             if child_pid and alive(child_pid):
                 os.kill(child_pid, signal.SIGKILL)
+
+
+APPENDER = Path(__file__).with_name("_fork_appender_child.py")
+
+
+async def test_children_forked_while_a_writer_commits_do_not_keep_the_thread_locked(
+    store: tuple[str, str],
+) -> None:
+    # A tool's background job may fork at any moment, also while the store's worker thread
+    # holds what a commit locks (the JSONL journal's writer lock). SIGKILL the writer: the
+    # children run on, and another writer's append must still go through.
+    kind, where = store
+    async with runtime_on(kind, where) as runtime:
+        thread_id = (await runtime.create_thread()).thread_id
+    children: list[int] = []
+    async with await anyio.open_process(
+        [sys.executable, str(APPENDER), kind, where, thread_id, "40"], cwd=REPO
+    ) as writer:
+        try:
+            assert writer.stdout is not None
+            output = b""
+            with anyio.fail_after(60):
+                while not output.endswith(b"\n"):
+                    output += await writer.stdout.receive()
+            line = output.decode().split()
+            assert line[:1] == ["forked"], line
+            children = [int(pid) for pid in line[1:]]
+            os.kill(writer.pid, signal.SIGKILL)
+            await writer.wait()
+            assert all(alive(pid) for pid in children)
+            async with runtime_on(kind, where) as runtime:
+                with anyio.fail_after(20):
+                    await runtime.persist_turn_item(thread_id, "turn-2", UserMessage("after"))
+                    items = [
+                        i for t in (await runtime.load_thread(thread_id)).turns for i in t.items
+                    ]
+                assert items[-1] == UserMessage("after")
+            assert all(alive(pid) for pid in children)  # written while they all ran
+        finally:
+            if writer.returncode is None:
+                writer.kill()
+            for pid in children:
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)

@@ -280,6 +280,8 @@ async def prompt_command(args: argparse.Namespace) -> int:
 
 async def _one_prompt(args: argparse.Namespace, text: str) -> int:
     if not text.strip():
+        async with open_runtime(args) as runtime:
+            _Chat(runtime, args)  # the engine it names is looked up: a wrong one is an error
         note("roder: nothing to send (the input is empty); no thread was created")
         return EXIT_OK
     text = text.rstrip()  # the newline that ends a file or an echo is not part of the prompt

@@ -30,6 +30,8 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]  # the filelock fallback below takes over
 
+from roder_api.storekit import close_on_fork, forget_on_fork
+
 if TYPE_CHECKING:  # imported where used: only where there is no fcntl (Windows)
     from filelock import FileLock
 
@@ -72,19 +74,27 @@ def lock_existing(path: str | Path, flags: int = os.O_RDONLY) -> int | None:
             fd = os.open(path, flags)
         except FileNotFoundError:
             return None
+        close_on_fork(fd)  # before the lock: a forked child must not keep the journal locked
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             if _same_file(path, fd):
                 return fd
         except BaseException:
-            os.close(fd)
+            unlock(fd)
             raise
-        os.close(fd)
+        unlock(fd)
+
+
+def unlock(fd: int) -> None:
+    """Close a descriptor :func:`lock_existing` returned, dropping its lock."""
+    forget_on_fork(fd)
+    os.close(fd)
 
 
 def lock_file(fd: int) -> None:
     """Lock the open file ``fd`` exclusively (a new journal, before it is linked into place)."""
     assert fcntl is not None
+    close_on_fork(fd)
     fcntl.flock(fd, fcntl.LOCK_EX)
 
 
@@ -95,7 +105,9 @@ def lock_directory_shared(directory: str | Path) -> int | None:
     """
     if fcntl is None:  # pragma: no cover - Windows
         return None
-    return _locked(os.open(directory, _DIRECTORY), fcntl.LOCK_SH)
+    fd = os.open(directory, _DIRECTORY)
+    close_on_fork(fd)  # a forked child must not keep creators' shared lock
+    return _locked(fd, fcntl.LOCK_SH)
 
 
 def _locked(fd: int, operation: int) -> int:
@@ -177,7 +189,7 @@ class ProcessLock:
             return
         fd, self._fd = self._fd, None
         if fd is not None:
-            os.close(fd)  # closing the last descriptor drops the flock
+            unlock(fd)  # closing the last descriptor drops the flock
 
 
 class WriterMarker:
@@ -204,6 +216,9 @@ class WriterMarker:
         name = f"{os.getpid()}-{os.urandom(6).hex()}"
         hidden = self.directory / f".{name}.tmp"
         fd = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        # Before the lock is taken: a child forked without exec (a tool's background job)
+        # must not keep this marker locked, or its writer's death is never seen.
+        close_on_fork(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             final = self.directory / f"{name}.session"
@@ -215,6 +230,7 @@ class WriterMarker:
                 finally:
                     os.close(directory)
         except BaseException:
+            forget_on_fork(fd)
             os.close(fd)
             raise
         self._fd = fd
@@ -231,12 +247,14 @@ class WriterMarker:
         except FileNotFoundError:
             pass
         finally:
+            forget_on_fork(fd)
             os.close(fd)
 
     def abandon(self) -> None:
         """Release the marker's lock but keep the file: the next opener will catch up."""
         fd, self._fd = self._fd, None
         if fd is not None:
+            forget_on_fork(fd)
             os.close(fd)
 
 

@@ -63,6 +63,7 @@ from roder_jsonl_thread_store._locks import (
     lock_directory_shared,
     lock_existing,
     lock_file,
+    unlock,
 )
 from roder_jsonl_thread_store._reader import JournalReader
 
@@ -234,7 +235,7 @@ class JournalWriter:
             for entry in reversed(held):
                 try:
                     if entry.fd is not None:
-                        os.close(entry.fd)  # drops the journal's writer lock
+                        unlock(entry.fd)  # drops the journal's writer lock
                 finally:
                     try:
                         if entry.fallback is not None:  # pragma: no cover - Windows

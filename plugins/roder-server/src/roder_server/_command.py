@@ -122,7 +122,18 @@ async def run(args: argparse.Namespace, context: CommandContext) -> int:
     line = f"roder serve: listening on http://{shown}:{port}"
     if settings.workers == 1:
         return await _serve(sock, settings, tokens, context, announce=line)
+    # Checked once here as well, so that N workers do not each fail at start five times.
+    async with open_tenant_runtimes(context, tokens) as (runtime, tenants):
+        await open_stores(runtime, tenants)
     return await _supervise(sock, settings, context, announce=line)
+
+
+async def open_stores(runtime: Any, tenants: Mapping[str, Any]) -> None:
+    """Open the store of every tenant's runtime now, so that a store id nobody installed, a
+    key the store does not know or a database nobody answers stops the start with its
+    one-line error (``RoderError``), rather than a server that listens and answers 503."""
+    for each in (runtime, *tenants.values()):
+        await each.store()
 
 
 def listen_socket(host: str, port: int) -> tuple[socket.socket, socket.AddressFamily]:
@@ -161,6 +172,10 @@ async def _serve(
 
     async with AsyncExitStack() as stack:
         runtime, tenants = await stack.enter_async_context(open_tenant_runtimes(context, tokens))
+        # Each store opened before the app serves: a store id nobody installed, a key the
+        # store does not know or a database nobody answers stops the start with its one-line
+        # error, rather than a server that listens and answers 503 to everything.
+        await open_stores(runtime, tenants)
         # Every lazy plugin imported now, in a worker thread, before the app serves: the
         # first run on an engine must not import its plugin on the event loop.
         await anyio.to_thread.run_sync(load_plugins, [runtime, *tenants.values()])

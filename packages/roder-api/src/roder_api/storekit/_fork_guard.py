@@ -21,6 +21,8 @@ import threading
 
 _guarded: dict[int, tuple[int, int]] = {}  # fd -> (st_dev, st_ino) of what it was
 _lock = threading.Lock()
+_SWEEP_AT_LEAST = 64
+_sweep_at = _SWEEP_AT_LEAST  # the size at which the next registration looks for stale ones
 
 
 def _identity(fd: int) -> tuple[int, int] | None:
@@ -38,12 +40,17 @@ def close_on_fork(fd: int) -> None:
     without :func:`forget_on_fork` and its number reused for another file, that file is
     left alone (a pool may close a connection without telling anyone).
     """
+    global _sweep_at
     identity = _identity(fd)
     if identity is None:
         return
     with _lock:
-        for stale in [f for f, known in _guarded.items() if _identity(f) != known]:
-            del _guarded[stale]  # closed (or reused) since: nothing of ours any more
+        if len(_guarded) >= _sweep_at:
+            # Now and then, not on every call: a registration is on a store's commit path
+            # (the JSONL journal's writer lock), and a server may hold a thousand leases.
+            for stale in [f for f, known in _guarded.items() if _identity(f) != known]:
+                del _guarded[stale]  # closed (or reused) since: nothing of ours any more
+            _sweep_at = max(_SWEEP_AT_LEAST, 2 * len(_guarded))
         _guarded[fd] = identity
 
 

@@ -1,0 +1,89 @@
+"""``roder serve`` with a ``[thread_store]`` it cannot use stops at start, saying why.
+
+A store id nobody installed, a key the store does not know, a database nobody answers:
+the server must not say it listens and then answer every request with 503 (or serve a
+default store the user did not ask for). It exits non-zero before its listening line,
+with the same one-line error ``roder threads list`` gives — with one worker and with
+several (each worker opens the store; the supervisor stops after their start failures).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from serve_support import PREFIX, RODER
+
+CASES = {
+    "unknown-backend": ('[thread_store]\nbackend = "postgress"\n', "postgress"),
+    "unknown-key": ('[thread_store]\nbackend = "sqlite"\npathh = "x.db"\n', "pathh"),
+    "unreachable-database": (
+        '[thread_store]\nbackend = "postgres"\ndsn = "postgresql://postgres@127.0.0.1:1/none"\n',
+        "127.0.0.1",
+    ),
+}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_store_it_cannot_use_stops_the_server_at_start(
+    tmp_path: Path, case: str, workers: int
+) -> None:
+    table, named = CASES[case]
+    config = tmp_path / "config.toml"
+    config.write_text(table)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
+    env["RODER_HOME"] = str(tmp_path / "home")
+    command = [str(RODER), "--config", str(config), "serve", "--port", "0"]
+    command += ["--workers", str(workers)]
+    proc = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        _, err = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=10)
+        raise AssertionError(f"the server served a store it cannot use: {err}") from None
+    assert proc.returncode != 0, err
+    assert PREFIX not in err, f"the server said it listens on a store it cannot use: {err}"
+    assert named in err, err
+    assert "Traceback" not in err, err
+
+
+def test_config_check_names_a_bad_server_key_with_file_and_line(tmp_path: Path) -> None:
+    # `roder serve` refuses `[server] prot` itself; `roder config check` must say so too,
+    # with the file and line, as it does for every other plugin's table.
+    config = tmp_path / "config.toml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
+    env["RODER_HOME"] = str(tmp_path / "home")
+
+    def check(text: str) -> subprocess.CompletedProcess[str]:
+        config.write_text(text)
+        return subprocess.run(
+            [str(RODER), "--config", str(config), "config", "check"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+
+    result = check("[server]\nport = 8000\nprot = 8001\n")
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert f"{config}:3" in out and "prot" in out, out
+    bad_value = check('[server]\nworkers = "many"\n')
+    assert bad_value.returncode == 1 and "workers" in bad_value.stdout + bad_value.stderr
+    clean = check("[server]\nport = 8000\n")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
