@@ -253,3 +253,23 @@ async def test_group_committed_rows_reach_the_index_without_a_catch_up(
     await other.aclose()
     await store.aclose()
     assert not list((tmp_path / "store" / "sessions").glob("*")), "a session left behind"
+
+
+async def test_a_deferred_row_reaches_another_store_without_a_read_or_close_here(
+    factory: JsonlThreadStoreFactory,
+) -> None:
+    # Back-to-back appends leave the last rows for a timer (at most every 10 ms): another
+    # store object (another process, say) lists them soon, though this one never reads.
+    store = await factory.open()
+    await store.create_thread(ThreadMetadata("a", 1000, 1000))
+    for i in range(30):
+        await store.append_events("a", [msg(i + 1)])
+    other = await factory.open()
+    counts: list[int] = []
+    with anyio.move_on_after(10):
+        while counts[-1:] != [30]:
+            counts.append((await other.list_threads()).threads[0].item_count)
+            await anyio.sleep(0.01)
+    assert counts[-1] == 30
+    await other.aclose()
+    await store.aclose()

@@ -253,7 +253,9 @@ class StoreCore:
         with self._flush_lock:
             wait = self._flushed_at + INDEX_FLUSH_INTERVAL_S - time.monotonic()
             if wait > 0:
-                if self._flush_timer is None:
+                timer = self._flush_timer
+                # Not alive: armed in the parent of this forked process (or ended early).
+                if timer is None or not timer.is_alive():
                     timer = threading.Timer(wait, self._timed_flush)
                     timer.daemon = True
                     self._flush_timer = timer
