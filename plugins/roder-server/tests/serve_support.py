@@ -178,6 +178,33 @@ class Server:
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
 
 
+def serve_until_exit(
+    config: Path, home: Path, *args: str, timeout_s: float
+) -> tuple[int | None, str]:
+    """Run ``roder --config CONFIG serve --port 0 ARGS`` (a ``RODER_HOME`` of its own) until
+    it exits by itself; return its exit code and stderr (code None: it was still running
+    after ``timeout_s`` and was killed, with its workers)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
+    env["RODER_HOME"] = str(home)
+    proc = subprocess.Popen(
+        [str(RODER), "--config", str(config), "serve", "--port", "0", *args],
+        cwd=home.parent,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=10)
+        return None, err
+    return proc.returncode, err
+
+
 def _parents() -> dict[int, int]:
     parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):

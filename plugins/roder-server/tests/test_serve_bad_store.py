@@ -10,12 +10,11 @@ several (each worker opens the store; the supervisor stops after their start fai
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
-from serve_support import PREFIX, RODER
+from serve_support import PREFIX, RODER, serve_until_exit
 
 CASES = {
     "unknown-backend": ('[thread_store]\nbackend = "postgress"\n', "postgress"),
@@ -35,27 +34,9 @@ def test_a_store_it_cannot_use_stops_the_server_at_start(
     table, named = CASES[case]
     config = tmp_path / "config.toml"
     config.write_text(table)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
-    env["RODER_HOME"] = str(tmp_path / "home")
-    command = [str(RODER), "--config", str(config), "serve", "--port", "0"]
-    command += ["--workers", str(workers)]
-    proc = subprocess.Popen(
-        command,
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        _, err = proc.communicate(timeout=90)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, err = proc.communicate(timeout=10)
-        raise AssertionError(f"the server served a store it cannot use: {err}") from None
-    assert proc.returncode != 0, err
+    code, err = serve_until_exit(config, tmp_path / "home", "--workers", str(workers), timeout_s=90)
+    assert code is not None, f"the server served a store it cannot use: {err}"
+    assert code != 0, err
     assert PREFIX not in err, f"the server said it listens on a store it cannot use: {err}"
     assert named in err, err
     assert "Traceback" not in err, err

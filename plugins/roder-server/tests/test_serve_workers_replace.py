@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -23,11 +22,11 @@ import httpx
 import pytest
 from serve_support import (
     PREFIX,
-    RODER,
     Server,
     StreamReader,
     check_stream,
     journal,
+    serve_until_exit,
     wait_for,
     wait_run,
 )
@@ -153,26 +152,11 @@ def test_a_worker_that_cannot_start_stops_the_server(tmp_path: Path) -> None:
         f'[thread_store]\nbackend = "jsonl"\npath = "{tmp_path / "threads"}"\n'
         '[temporal]\naddress = "127.0.0.1:1"\n'
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
-    env["RODER_HOME"] = str(tmp_path / "home")
-    command = [str(RODER), "--config", str(config), "serve", "--port", "0"]
-    command += ["--workers", "2", "--dispatch", "temporal"]
-    proc = subprocess.Popen(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
+    code, err = serve_until_exit(
+        config, tmp_path / "home", "--workers", "2", "--dispatch", "temporal", timeout_s=180
     )
-    try:
-        _, err = proc.communicate(timeout=180)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        _, err = proc.communicate(timeout=10)
-        raise AssertionError(f"the server went on restarting workers that fail: {err}") from None
-    assert proc.returncode != 0, err
+    assert code is not None, f"the server went on restarting workers that fail: {err}"
+    assert code != 0, err
     assert PREFIX not in err, "the server said it listens, but no worker ever served"
     assert "exited before it served" in err, err
     assert "stopping" in err, err

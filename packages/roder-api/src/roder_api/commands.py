@@ -14,6 +14,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from roder_api.errors import PluginSettingsError
+
 
 class CommandContext(Protocol):
     """What the ``roder`` command hands a plugin command when it runs.
@@ -56,4 +58,23 @@ class Command:
     run: Callable[[argparse.Namespace, CommandContext], Awaitable[int]]
 
 
-__all__ = ["Command", "CommandContext"]
+def report_table(
+    settings_id: str,
+    read: Callable[[Mapping[str, Any] | None], object],
+    settings: Mapping[str, Mapping[str, Any]],
+    misconfigured: Callable[[str, BaseException | str], None],
+) -> None:
+    """Check a plugin's own top-level table in ``register_commands``: call ``read`` on
+    ``settings[settings_id]`` and report the ``PluginSettingsError`` it raises to
+    ``misconfigured`` (``roder config check`` then names the key with its file and line;
+    the command still registers and says the same when it runs)."""
+    try:
+        read(settings.get(settings_id))
+    except PluginSettingsError as exc:
+        named = f"[{settings_id}] {exc.setting}: {exc.reason}"  # the key, beside its line
+        misconfigured(
+            f"{settings_id}.{exc.setting}", PluginSettingsError(settings_id, exc.setting, named)
+        )
+
+
+__all__ = ["Command", "CommandContext", "report_table"]

@@ -6,8 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from roder_api import hookimpl
-from roder_api.commands import Command
-from roder_api.errors import PluginSettingsError
+from roder_api.commands import Command, report_table
 from roder_server._command import SERVE
 from roder_server._settings import SETTINGS_ID, ServerSettings
 
@@ -21,10 +20,4 @@ def register_commands(
     """Register ``roder serve``; report a wrong ``[server]`` table (``roder config check``
     names it with its file and line; ``roder serve`` refuses it when it runs)."""
     register(SERVE)
-    try:
-        ServerSettings.from_table(settings.get(SETTINGS_ID))
-    except PluginSettingsError as exc:
-        named = f"[{SETTINGS_ID}] {exc.setting}: {exc.reason}"  # the key, beside its line
-        misconfigured(
-            f"{SETTINGS_ID}.{exc.setting}", PluginSettingsError(SETTINGS_ID, exc.setting, named)
-        )
+    report_table(SETTINGS_ID, ServerSettings.from_table, settings, misconfigured)

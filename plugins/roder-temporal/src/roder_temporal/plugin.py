@@ -6,8 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from roder_api import hookimpl
-from roder_api.commands import Command
-from roder_api.errors import PluginSettingsError
+from roder_api.commands import Command, report_table
 from roder_temporal._command import TEMPORAL
 from roder_temporal._settings import SETTINGS_ID, TemporalSettings
 
@@ -21,10 +20,4 @@ def register_commands(
     """Register ``roder temporal``; report a wrong ``[temporal]`` table (the command still
     registers, and says what is wrong when it runs)."""
     register(TEMPORAL)
-    try:
-        TemporalSettings.from_table(settings.get(SETTINGS_ID))
-    except PluginSettingsError as exc:
-        named = f"[{SETTINGS_ID}] {exc.setting}: {exc.reason}"  # the key, beside its line
-        misconfigured(
-            f"{SETTINGS_ID}.{exc.setting}", PluginSettingsError(SETTINGS_ID, exc.setting, named)
-        )
+    report_table(SETTINGS_ID, TemporalSettings.from_table, settings, misconfigured)
