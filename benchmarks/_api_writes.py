@@ -125,6 +125,14 @@ async def w2(root: Path, sizes: Sizes) -> dict[str, float | None]:
                 await session.add_items([peer_item(i) for i in range(tasks)])
             return time.perf_counter() - start
 
+    async def peer_singles() -> float:
+        # Like for like with Roder's W2: ``tasks`` concurrent single-item calls per round.
+        with peer_session(f"s{time.monotonic_ns()}", root / "w2-peer-singles.db") as session:
+            start = time.perf_counter()
+            for _ in range(rounds):
+                await asyncio.gather(*(session.add_items([peer_item(i)]) for i in range(tasks)))
+            return time.perf_counter() - start
+
     async with runtime_at(root / "w2-roder") as runtime:
 
         async def roder() -> float:
@@ -145,19 +153,18 @@ async def w2(root: Path, sizes: Sizes) -> dict[str, float | None]:
             return time.perf_counter() - start
 
         extra: dict[str, float] = {}
+        more: dict[str, Callable[[], Awaitable[float]]] = {"batch": roder_batch}
+        if peer_available():
+            more["peer_singles"] = peer_singles
         roder_s, raw_s, peer_s = await interleaved(
-            roder,
-            raw,
-            peer if peer_available() else None,
-            sizes.repeats,
-            {"batch": roder_batch},
-            extra,
+            roder, raw, peer if peer_available() else None, sizes.repeats, more, extra
         )
     return {
         "raw": total / raw_s,
         "roder": total / roder_s,
         "peer": None if peer_s is None else total / peer_s,
         "roder_batch": total / extra["batch"],
+        "peer_singles": total / extra["peer_singles"] if "peer_singles" in extra else None,
     }
 
 

@@ -14,7 +14,8 @@ user messages of about 400 bytes.
   returns. Raw: 50 writes and one ``fdatasync``. Peer: ``add_items`` of 50 items (its batch
   API). The target compares with W1's raw rate (a sync per append). An (info) row: Roder's
   own batch call, ``persist_turn_items`` of 50 items (the peer's call), against the raw
-  batch (50 writes, one ``fdatasync``).
+  batch (50 writes, one ``fdatasync``). Another (info) row: the like-for-like peer, 50
+  concurrent ``add_items([item])`` calls on one session, its ratio Roder / peer.
 - W3: ``load_thread`` of a 50,000-item thread on a runtime opened just before (outside the
   timing). Raw: read the file and ``orjson.loads`` each line. Peer: ``get_items()`` on a
   fresh session. Peak memory (tracemalloc) of Roder and raw, measured apart.
@@ -148,6 +149,22 @@ def rows_from(results: dict[str, dict[str, float | None]], sizes: Sizes) -> list
                     results["w2"]["peer"],
                     batch / raw2,
                     "(info)",
+                    None,
+                )
+            )
+        singles = results["w2"].get("peer_singles")
+        if singles is not None:
+            r2 = results["w2"]
+            assert r2["roder"] is not None
+            rows.append(
+                Row(
+                    f"W2 (info) peer, {sizes.w2_tasks} concurrent single calls",
+                    "/s",
+                    raw2,
+                    r2["roder"],
+                    singles,
+                    r2["roder"] / singles,
+                    "(info) vs peer",
                     None,
                 )
             )

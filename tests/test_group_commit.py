@@ -208,3 +208,42 @@ def test_usable_from_a_later_event_loop_even_if_the_first_ended_mid_batch(backen
     time.sleep(0.05)  # the committer finishes batch 1 and finds its loop closed
     assert anyio.run(second, backend=backend) == [2, 3]
     assert written == [1, 2, 3]
+
+
+async def test_after_runs_once_the_callers_are_woken_and_close_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    # ``after`` (a store's index update, say) is off the callers' path: a caller returns
+    # while it still runs, and close() returns only once it is done.
+    returned = threading.Event()
+    release = threading.Event()
+    seen: list[str] = []
+
+    def after() -> None:
+        seen.append("after: caller had returned" if returned.wait(10) else "after: too early")
+        release.wait(10)
+        seen.append("after: done")
+
+    group: GroupCommit[int, int] = GroupCommit(lambda items: items, after=after)
+    assert await group.submit(7) == 7
+    returned.set()
+    closing = threading.Thread(target=group.close, args=(10.0,))
+    closing.start()
+    closing.join(0.2)
+    assert closing.is_alive()  # close waits for ``after``
+    release.set()
+    closing.join(10)
+    assert not closing.is_alive()
+    assert seen == ["after: caller had returned", "after: done"]
+
+
+async def test_an_after_that_raises_is_logged_and_breaks_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def after() -> None:
+        raise OSError("index gone")
+
+    group: GroupCommit[int, int] = GroupCommit(lambda items: [i * 2 for i in items], after=after)
+    assert [await group.submit(i) for i in range(3)] == [0, 2, 4]
+    await anyio.to_thread.run_sync(group.close)
+    assert "index gone" in caplog.text

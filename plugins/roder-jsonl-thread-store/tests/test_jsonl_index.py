@@ -230,3 +230,46 @@ async def test_a_created_thread_is_what_a_fresh_store_reads_back_and_appends_con
     assert [e.event for e in await reopened.read_events("fresh")] == [msg(1)]
     assert not list((factory.base_path / "tmp").iterdir())  # no temporary file left behind
     await reopened.aclose()
+
+
+async def test_group_committed_rows_reach_the_index_without_a_catch_up(
+    factory: JsonlThreadStoreFactory, tmp_path: Path
+) -> None:
+    # Group commit writes a batch's index row after waking its callers: a listing right
+    # after sees it, another store object sees it, and the store closes with its session
+    # ended (no catch-up for the next opener).
+    store = await factory.open()
+    await store.create_thread(ThreadMetadata("a", 1000, 1000))
+    await store.create_thread(ThreadMetadata("b", 1001, 1001))
+    for i in range(5):
+        await store.append_events("a", [msg(i + 1)])
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(store.append_events, "b", [msg(i + 1)])
+    page = await store.list_threads()
+    assert [(m.thread_id, m.item_count) for m in page.threads] == [("b", 20), ("a", 5)]
+    other = await factory.open()
+    assert [m.item_count for m in (await other.list_threads()).threads] == [20, 5]
+    await other.aclose()
+    await store.aclose()
+    assert not list((tmp_path / "store" / "sessions").glob("*")), "a session left behind"
+
+
+async def test_a_deferred_row_reaches_another_store_without_a_read_or_close_here(
+    factory: JsonlThreadStoreFactory,
+) -> None:
+    # Back-to-back appends leave the last rows for a timer (at most every 10 ms): another
+    # store object (another process, say) lists them soon, though this one never reads.
+    store = await factory.open()
+    await store.create_thread(ThreadMetadata("a", 1000, 1000))
+    for i in range(30):
+        await store.append_events("a", [msg(i + 1)])
+    other = await factory.open()
+    counts: list[int] = []
+    with anyio.move_on_after(10):
+        while counts[-1:] != [30]:
+            counts.append((await other.list_threads()).threads[0].item_count)
+            await anyio.sleep(0.01)
+    assert counts[-1] == 30
+    await other.aclose()
+    await store.aclose()

@@ -41,6 +41,11 @@ sync, each still durable before it returns; ``none``: handed to the OS only."""
 JOURNAL_SUFFIX = ".jsonl"
 QUARANTINE_INFIX = ".quarantine-"
 
+INDEX_FLUSH_INTERVAL_S = 0.01
+"""How often, at most, a group commit writes its deferred index rows (a thread's newest row
+wins): back-to-back appends share one index write. Readers in this process write them
+first; another process's listing may lag the journals by about this much."""
+
 datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 
 
@@ -146,6 +151,9 @@ class StoreCore:
         self.index_path = base_path / "index.sqlite3"
         self._threads_prefix = str(self.threads_dir) + os.sep
         self.index = ThreadIndex(self.index_path)
+        self._flushed_at = 0.0
+        self._flush_timer: threading.Timer | None = None
+        self._flush_lock = threading.Lock()
         self.session = WriterMarker(self.sessions_dir)
         self.states: dict[str, JournalState] = {}
         # Damage a read found in a part of a journal the index vouched for, by thread id,
@@ -226,6 +234,42 @@ class StoreCore:
             self.index_behind = True
             log.warning("could not update the JSONL index (%s); it will be caught up", exc)
 
+    def defer_rows(self, rows: Iterable[IndexRow]) -> None:
+        """Queue index rows to write later (:meth:`flush_rows`, or before the index is next
+        used): for a commit that wakes its callers before it updates the index."""
+        self.index.defer(rows)
+
+    def flush_rows(self) -> None:
+        """Write the deferred index rows; a failure leaves the index behind, caught up later."""
+        try:
+            self.index.flush()
+        except IndexUnavailable as exc:
+            self.index_behind = True
+            log.warning("could not update the JSONL index (%s); it will be caught up", exc)
+
+    def flush_rows_soon(self) -> None:
+        """Write the deferred index rows now, or (when the last write was under
+        :data:`INDEX_FLUSH_INTERVAL_S` ago) once that interval has passed."""
+        with self._flush_lock:
+            wait = self._flushed_at + INDEX_FLUSH_INTERVAL_S - time.monotonic()
+            if wait > 0:
+                timer = self._flush_timer
+                # Not alive: armed in the parent of this forked process (or ended early).
+                if timer is None or not timer.is_alive():
+                    timer = threading.Timer(wait, self._timed_flush)
+                    timer.daemon = True
+                    self._flush_timer = timer
+                    timer.start()
+                return
+            self._flushed_at = time.monotonic()
+        self.flush_rows()
+
+    def _timed_flush(self) -> None:
+        with self._flush_lock:
+            self._flush_timer = None
+            self._flushed_at = time.monotonic()
+        self.flush_rows()
+
     def delete_row(self, thread_id: str) -> None:
         """Remove a thread's index row; a failure leaves the index behind."""
         try:
@@ -279,6 +323,13 @@ class StoreCore:
 
     def close(self) -> None:
         """Make the index durable, end the session and close the index."""
+        with self._flush_lock:
+            timer, self._flush_timer = self._flush_timer, None
+        if timer is not None:
+            timer.cancel()
+        self.flush_rows()
+        if self.index.dropped:
+            self.index_behind = True  # deferred rows were lost: the next opener catches up
         if self.session_started and not self.index_behind and self.durability != "none":
             # The marker may go only once our rows are durable: a power cut could otherwise
             # lose rows that nothing would tell a later store to rebuild.

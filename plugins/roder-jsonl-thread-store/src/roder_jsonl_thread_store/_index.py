@@ -99,6 +99,13 @@ class ThreadIndex:
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         self.created = False
+        # Rows deferred by a writer (``defer``), by thread: written before the index is next
+        # used, so every reader of this object sees them. Their own lock, so that deferring
+        # never waits for a query.
+        self._pending: dict[str, IndexRow] = {}
+        self._pending_lock = threading.Lock()
+        self.dropped = False
+        """True once deferred rows could not be written (the index is behind the journals)."""
 
     def open(self) -> None:
         """Open (creating if needed) the index; raise ``IndexUnavailable`` when it is bad."""
@@ -182,8 +189,13 @@ class ThreadIndex:
             self.created = not copied
 
     def close(self) -> None:
-        """Close the index connection."""
+        """Write the deferred rows, then close the index connection."""
         with self._lock:
+            if self._db is not None and self._pending:
+                try:
+                    self._write_pending(self._db)
+                except sqlite3.DatabaseError:
+                    pass  # ``dropped`` says so
             db, self._db = self._db, None
             if db is not None:
                 db.close()
@@ -194,9 +206,39 @@ class ThreadIndex:
             if self._db is None:
                 raise IndexUnavailable("the index is closed")
             try:
+                if self._pending:
+                    self._write_pending(self._db)
                 yield self._db
             except sqlite3.DatabaseError as exc:
                 raise IndexUnavailable(str(exc)) from exc
+
+    def defer(self, rows: Iterable[IndexRow]) -> None:
+        """Queue rows to insert or replace: they are written before the index is next used
+        (any call of this object) or by :meth:`flush`, a thread's newest row last.
+
+        For a writer that wakes its callers first: the journal is the truth, and a row
+        that a crash loses is caught up from it (see ``_core``).
+        """
+        with self._pending_lock:
+            for row in rows:
+                self._pending[row.thread_id] = row
+
+    def flush(self) -> None:
+        """Write the deferred rows now (``IndexUnavailable`` when that fails)."""
+        if self._pending:
+            with self._cursor():
+                pass
+
+    def _write_pending(self, db: sqlite3.Connection) -> None:
+        """Write the deferred rows in one transaction; hold ``_lock``."""
+        with self._pending_lock:
+            values = [row.values() for row in self._pending.values()]
+            self._pending.clear()
+        try:
+            self._put_values(db, values)
+        except BaseException:
+            self.dropped = True
+            raise
 
     def get(self, thread_id: str) -> IndexRow | None:
         """Return the row of a thread, or None."""
@@ -210,18 +252,22 @@ class ThreadIndex:
         if not values:
             return
         with self._cursor() as db:
-            if len(values) == 1:
-                db.execute("INSERT OR REPLACE INTO threads VALUES (?,?,?,?,?,?,?,?,?,?)", values[0])
-                return
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.executemany(
-                    "INSERT OR REPLACE INTO threads VALUES (?,?,?,?,?,?,?,?,?,?)", values
-                )
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+            self._put_values(db, values)
+
+    @staticmethod
+    def _put_values(db: sqlite3.Connection, values: list[tuple[Any, ...]]) -> None:
+        if not values:
+            return
+        if len(values) == 1:
+            db.execute("INSERT OR REPLACE INTO threads VALUES (?,?,?,?,?,?,?,?,?,?)", values[0])
+            return
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany("INSERT OR REPLACE INTO threads VALUES (?,?,?,?,?,?,?,?,?,?)", values)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
 
     def refresh(self, row: IndexRow, inode: int, size: int) -> bool:
         """Replace a thread's row unless it changed from ``(inode, size)``; return True if so.

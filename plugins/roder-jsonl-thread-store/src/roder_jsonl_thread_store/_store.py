@@ -8,6 +8,7 @@ GroupCommit`. The file layout is described in ``_core``, the line format in ``_f
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -160,7 +161,12 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
         if self.durability == "fsync":
             return await super().submit_append(thread_id, events, payloads, expected_last_sequence)
         if self._group is None:
-            self._group = GroupCommit(self._writer.commit)
+            # The index rows are written after the callers are woken (the journal is the
+            # truth; a row a crash loses is caught up from it).
+            self._group = GroupCommit(
+                functools.partial(self._writer.commit, defer_index=True),
+                after=self._core.flush_rows_soon,
+            )
         commit = self._writer.events_commit(
             thread_id, events_list(payloads), events, expected_last_sequence
         )

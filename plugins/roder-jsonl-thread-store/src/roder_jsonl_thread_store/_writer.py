@@ -182,10 +182,12 @@ class JournalWriter:
         )
         return quarantine
 
-    def commit(self, batch: list[Commit]) -> list[Any]:
+    def commit(self, batch: list[Commit], *, defer_index: bool = False) -> list[Any]:
         """Write and sync a batch of commits (to one thread or many) under their locks.
 
         Returns each commit's outcome, in order: its result, or the exception to raise.
+        ``defer_index``: queue the index rows (``StoreCore.defer_rows``) for the caller to
+        write once its callers are woken (the group commit's ``after``), not before.
         """
         core = self.core
         self.reader.ensure_ready()
@@ -222,7 +224,10 @@ class JournalWriter:
                 if self.after_journal_write is not None:
                     self.after_journal_write(entry.thread_id)
                 rows.append(core.row(entry.thread_id, entry.after))
-            core.put_rows(rows)
+            if defer_index:
+                core.defer_rows(rows)
+            else:
+                core.put_rows(rows)
         finally:
             for call in pending:
                 with contextlib.suppress(BaseException):

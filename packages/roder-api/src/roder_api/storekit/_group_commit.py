@@ -24,10 +24,12 @@ batch fails with that exception.
 from __future__ import annotations
 
 import functools
+import logging
+import sys
 import threading
 import warnings
-from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, Protocol, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -35,8 +37,36 @@ import anyio.lowlevel
 from roder_api.errors import StoppedError
 from roder_api.storekit._workers import submit_to_pool, thread_safe_caller
 
+log = logging.getLogger(__name__)
+
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
+
+
+def _asyncio_event() -> Callable[[], _Event]:
+    event: Callable[[], _Event] = sys.modules["asyncio"].Event
+    return event
+
+
+def _loop_call_soon(
+    call_soon: Callable[[Callable[[], object]], object],
+) -> Callable[[Callable[[], object]], object] | None:
+    """Return the asyncio loop's own ``call_soon`` behind its thread-safe one (no wake-up
+    write), or None on another event loop (trio)."""
+    asyncio = sys.modules.get("asyncio")
+    loop = getattr(call_soon, "__self__", None)
+    if asyncio is not None and isinstance(loop, asyncio.AbstractEventLoop):
+        later: Callable[[Callable[[], object]], object] = loop.call_soon
+        return later
+    return None
+
+
+class _Event(Protocol):
+    """What a batch's callers wait on: ``anyio.Event``, or asyncio's own (a cheaper make)."""
+
+    def set(self) -> object: ...
+
+    def wait(self) -> Awaitable[object]: ...
 
 
 class _Batch(Generic[ItemT, ResultT]):
@@ -44,10 +74,10 @@ class _Batch(Generic[ItemT, ResultT]):
 
     __slots__ = ("done", "items", "outcomes")
 
-    def __init__(self) -> None:
+    def __init__(self, done: _Event) -> None:
         self.items: list[ItemT] = []
         self.outcomes: Sequence[ResultT | BaseException] = ()
-        self.done = anyio.Event()
+        self.done = done
 
 
 class GroupCommit(Generic[ItemT, ResultT]):
@@ -57,6 +87,10 @@ class GroupCommit(Generic[ItemT, ResultT]):
     an exception to raise in that item's caller); it runs on the committer thread, one
     batch at a time, on a worker thread (see the module docstring). :meth:`submit` queues an
     item and returns its result once the batch holding it is written.
+
+    ``after``, when given, runs on the worker thread right after the callers of each batch
+    are woken (its exceptions are logged, never raised): work the callers need not wait
+    for, such as updating a cache of what the batch wrote. It may overlap the next batch.
 
     ``limiter`` is deprecated and ignored (a ``DeprecationWarning`` says so when it is
     given): one batch at a time is all a group commit ever runs.
@@ -71,6 +105,7 @@ class GroupCommit(Generic[ItemT, ResultT]):
         write: Callable[[list[ItemT]], Sequence[ResultT | BaseException]],
         *,
         limiter: anyio.CapacityLimiter | None = None,
+        after: Callable[[], object] | None = None,
     ) -> None:
         if limiter is not None:
             warnings.warn(
@@ -80,13 +115,17 @@ class GroupCommit(Generic[ItemT, ResultT]):
                 stacklevel=2,
             )
         self._write = write
+        self._after = after
         self._forming: _Batch[ItemT, ResultT] | None = None
         self._busy = False  # a batch is with the committer (event loop side only)
         self._in_flight: _Batch[ItemT, ResultT] | None = None
         self._call_soon: Callable[[Callable[[], object]], object] | None = None
+        self._later: Callable[[Callable[[], object]], object] | None = None
+        self._new_event: Callable[[], _Event] = anyio.Event
         self._lock = threading.Lock()
         self._idle = threading.Event()  # set while no batch is with a worker thread
         self._idle.set()
+        self._running = 0  # batches with a worker thread, ``after`` included (under _lock)
         self._closed = False
         self.batches = 0
         """How many batches have been written (for tests and benchmarks)."""
@@ -99,18 +138,24 @@ class GroupCommit(Generic[ItemT, ResultT]):
             # written whose wake-up it can no longer receive, one forming) is not ours.
             self._call_soon, self._forming, self._busy = call_soon, None, False
             self._in_flight = None
+            self._later = _loop_call_soon(call_soon)
+            self._new_event = anyio.Event if self._later is None else _asyncio_event()
         batch = self._forming
         if batch is None:
-            batch = self._forming = _Batch()
+            batch = self._forming = _Batch(self._new_event())
         index = len(batch.items)
         batch.items.append(item)
         if index == 0 and not self._busy:
             # Let the tasks that are ready add their items first; otherwise batches
-            # alternate between 1 and n-1. Shielded: the batch must be handed over.
-            with anyio.CancelScope(shield=True):
-                await anyio.lowlevel.checkpoint()
-            if not self._busy and self._forming is batch:
-                self._hand_over()
+            # alternate between 1 and n-1. On asyncio a callback queued behind them hands
+            # the batch over (whatever happens to this caller) without a task switch;
+            # elsewhere this caller yields once, shielded: the batch must be handed over.
+            if self._later is not None:
+                self._later(functools.partial(self._hand_over_if_forming, batch))
+            else:
+                with anyio.CancelScope(shield=True):
+                    await anyio.lowlevel.checkpoint()
+                self._hand_over_if_forming(batch)
         await batch.done.wait()
         outcome = batch.outcomes[index]
         if isinstance(outcome, BaseException):
@@ -125,6 +170,11 @@ class GroupCommit(Generic[ItemT, ResultT]):
         self._idle.wait(timeout)
 
     # --- the event loop side --------------------------------------------------------------
+
+    def _hand_over_if_forming(self, batch: _Batch[ItemT, ResultT]) -> None:
+        """Hand ``batch`` over unless it was already (or one is with the committer)."""
+        if not self._busy and self._forming is batch:
+            self._hand_over()
 
     def _hand_over(self) -> None:
         """Give the forming batch to the committer thread (on the event loop thread)."""
@@ -141,15 +191,13 @@ class GroupCommit(Generic[ItemT, ResultT]):
                 batch.done.set()
                 return
             self._in_flight = batch
+            self._running += 1
             self._idle.clear()
         try:
-            submit_to_pool(
-                functools.partial(self._run, batch),
-                call_soon,
-                functools.partial(self._written, batch),
-            )
+            # The committer wakes the callers itself (then runs ``after``): no report.
+            submit_to_pool(functools.partial(self._run, batch, call_soon), call_soon, None)
         except BaseException as exc:  # no worker could be started: fail this batch only
-            self._idle.set()
+            self._finished()
             self._in_flight = None
             self._busy = False
             batch.outcomes = [exc] * len(batch.items)
@@ -180,8 +228,28 @@ class GroupCommit(Generic[ItemT, ResultT]):
             outcomes = [exc] * len(items)
         return outcomes
 
-    def _run(self, batch: _Batch[ItemT, ResultT]) -> None:
+    def _run(
+        self, batch: _Batch[ItemT, ResultT], call_soon: Callable[[Callable[[], object]], object]
+    ) -> None:
         try:
-            batch.outcomes = self._outcomes(batch.items)
+            try:
+                batch.outcomes = self._outcomes(batch.items)
+            finally:
+                try:
+                    call_soon(functools.partial(self._written, batch))
+                except RuntimeError:
+                    pass  # that event loop is closed: nobody waits for this batch any more
+            if self._after is not None:
+                try:
+                    self._after()
+                except Exception:
+                    log.exception("a group commit's after-batch call failed")
         finally:
-            self._idle.set()
+            self._finished()
+
+    def _finished(self) -> None:
+        """A batch is done with its worker thread (``after`` included): idle when the last."""
+        with self._lock:
+            self._running -= 1
+            if self._running == 0:
+                self._idle.set()

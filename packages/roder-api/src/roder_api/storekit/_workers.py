@@ -72,7 +72,7 @@ class _Call:
         func: Callable[..., Any],
         args: tuple[Any, ...],
         call_soon: Callable[[Callable[[], object]], object],
-        wake: Callable[[], object],
+        wake: Callable[[], object] | None,
     ) -> None:
         self.func = func
         self.args = args
@@ -90,7 +90,10 @@ class _Call:
             self.error = exc
 
     def report(self) -> None:
-        """Wake the caller on its event loop (on a worker thread)."""
+        """Wake the caller on its event loop (on a worker thread; nothing when ``wake`` is
+        None: the call reported itself)."""
+        if self.wake is None:
+            return
         try:
             self.call_soon(self.wake)
         except RuntimeError:
@@ -176,10 +179,11 @@ os.register_at_fork(after_in_child=_new_pool_after_fork)
 def submit_to_pool(
     func: Callable[[], object],
     call_soon: Callable[[Callable[[], object]], object],
-    wake: Callable[[], object],
+    wake: Callable[[], object] | None,
 ) -> None:
     """Run ``func()`` on a worker thread, then ``call_soon(wake)`` (its outcome is func's to
-    keep: this is for callers that record it themselves, like ``GroupCommit``)."""
+    keep: this is for callers that record it themselves, like ``GroupCommit``). With
+    ``wake`` None nothing is called after: ``func`` wakes its caller itself."""
     _pool.submit(_Call(func, (), call_soon, wake))
 
 
