@@ -26,6 +26,7 @@ from pathlib import Path
 
 from roder_api.codec import dumps_json, to_dict
 from roder_api.errors import StoreCorruptedError, StoreError
+from roder_api.storekit import WorkerCall, start_in_worker
 from roder_api.threads import ThreadMetadata, validate_thread_id
 from roder_jsonl_thread_store._format import FORMAT_VERSION
 from roder_jsonl_thread_store._index import IndexRow, IndexUnavailable, ThreadIndex
@@ -152,7 +153,10 @@ class StoreCore:
         self._threads_prefix = str(self.threads_dir) + os.sep
         self.index = ThreadIndex(self.index_path)
         self._flushed_at = 0.0
-        self._flush_timer: threading.Timer | None = None
+        # A flush of deferred rows waiting out the interval on a store worker (the pool's,
+        # no thread of its own), with the pid that started it (a forked child's pool is new).
+        self._flush_call: tuple[int, WorkerCall] | None = None
+        self._flush_stop = threading.Event()
         self._flush_lock = threading.Lock()
         self.session = WriterMarker(self.sessions_dir)
         self.states: dict[str, JournalState] = {}
@@ -252,21 +256,21 @@ class StoreCore:
         :data:`INDEX_FLUSH_INTERVAL_S` ago) once that interval has passed."""
         with self._flush_lock:
             wait = self._flushed_at + INDEX_FLUSH_INTERVAL_S - time.monotonic()
-            if wait > 0:
-                timer = self._flush_timer
-                # Not alive: armed in the parent of this forked process (or ended early).
-                if timer is None or not timer.is_alive():
-                    timer = threading.Timer(wait, self._timed_flush)
-                    timer.daemon = True
-                    self._flush_timer = timer
-                    timer.start()
-                return
+            if wait > 0 and not self._flush_stop.is_set():
+                pending = self._flush_call
+                if pending is not None and pending[0] == os.getpid() and not pending[1].done():
+                    return  # a delayed flush is under way: it writes these rows too
+                call = start_in_worker(self._delayed_flush, wait)
+                if call is not None:
+                    self._flush_call = (os.getpid(), call)
+                    return
+                # No idle worker to wait on: write them now.
             self._flushed_at = time.monotonic()
         self.flush_rows()
 
-    def _timed_flush(self) -> None:
+    def _delayed_flush(self, wait: float) -> None:
+        self._flush_stop.wait(wait)  # closing cuts it short
         with self._flush_lock:
-            self._flush_timer = None
             self._flushed_at = time.monotonic()
         self.flush_rows()
 
@@ -323,10 +327,14 @@ class StoreCore:
 
     def close(self) -> None:
         """Make the index durable, end the session and close the index."""
+        self._flush_stop.set()
         with self._flush_lock:
-            timer, self._flush_timer = self._flush_timer, None
-        if timer is not None:
-            timer.cancel()
+            pending, self._flush_call = self._flush_call, None
+        if pending is not None and pending[0] == os.getpid():
+            try:
+                pending[1].result()  # cut short by the stop: it writes the rows at once
+            except BaseException as exc:  # noqa: BLE001 - logged; close goes on
+                log.warning("the delayed JSONL index flush failed (%s)", exc)
         self.flush_rows()
         if self.index.dropped:
             self.index_behind = True  # deferred rows were lost: the next opener catches up
