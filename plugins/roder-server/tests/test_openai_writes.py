@@ -38,8 +38,9 @@ def test_a_new_conversation_is_created_with_the_responses_parameters(
     lines = records(tmp_path, thread_id)
     assert lines[0]["k"] == "create"
     kept = lines[0]["meta"]["extra"]["openai_responses"]
-    [(turn_id, params)] = kept.items()
+    [(turn_id, text)] = kept.items()
     assert response.id.endswith(turn_id)
+    params = orjson.loads(text)
     assert params["instructions"] == "Be brief." and params["journal_after"] == 0
     assert [r["k"] for r in lines].count("meta") == 0  # no metadata write after it
     assert client.responses.retrieve(response.id).instructions == "Be brief."
@@ -53,3 +54,61 @@ def test_a_new_conversation_is_created_with_the_responses_parameters(
     assert [i.content[0].text for i in client.responses.input_items.list(again.id).data] == [  # type: ignore[union-attr]
         "more"
     ]
+
+
+def test_each_response_adds_one_json_text_to_the_threads_extra(
+    serve: Callable[..., Server], tmp_path: Path
+) -> None:
+    # Every response on a conversation rewrites the thread's whole ``extra`` (and the store
+    # checks it value by value): an earlier response is one value there, its defaults left
+    # out, not a tree of its parameters.
+    server = serve()
+    client = sdk(server)
+    first = client.responses.create(model=MODEL, input="one")
+    assert first.conversation is not None
+    thread_id = first.conversation.id
+    tools = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
+    second = client.responses.create(
+        model=MODEL, input="two", conversation=thread_id, tools=tools, metadata={"k": "v"}
+    )
+    [written] = [r for r in records(tmp_path, thread_id) if r["k"] == "meta"]
+    entries = written["extra"]["openai_responses"]
+    assert len(entries) == 2 and all(isinstance(v, str) for v in entries.values())
+    plain = orjson.loads(entries[first.id.removeprefix("resp_")])
+    assert set(plain) == {"model", "created_at", "journal_after"}
+    fetched = client.responses.retrieve(first.id)
+    assert fetched.instructions is None and fetched.tools == [] and fetched.metadata == {}
+    again = client.responses.retrieve(second.id)
+    assert [t.name for t in again.tools] == ["f"] and again.metadata == {"k": "v"}  # type: ignore[union-attr]
+
+
+def test_parameters_kept_as_objects_by_older_threads_are_still_read(
+    serve: Callable[..., Server],
+) -> None:
+    server = serve()
+    client = sdk(server)
+    response = client.responses.create(model=MODEL, input="hello", instructions="Be brief.")
+    assert response.conversation is not None
+    thread_id = response.conversation.id
+    turn_id = response.id.removeprefix("resp_")
+    old = {
+        "model": MODEL,
+        "instructions": "Older.",
+        "previous_response_id": None,
+        "tools": [],
+        "background": False,
+        "metadata": {"from": "before"},
+        "created_at": 1,
+        "journal_after": 0,
+    }
+    with server.client() as http:  # the extra as threads written before held it
+        answer = http.patch(
+            f"/v1/threads/{thread_id}", json={"extra": {"openai_responses": {turn_id: old}}}
+        )
+        assert answer.status_code == 200, answer.text
+    fetched = client.responses.retrieve(response.id)
+    assert fetched.instructions == "Older." and fetched.metadata == {"from": "before"}
+    assert fetched.output_text == "You said: hello"
+    client.responses.delete(response.id)
+    with pytest.raises(Exception, match="no response"):
+        client.responses.retrieve(response.id)

@@ -61,7 +61,16 @@ from roder_server.openai._projection import (
 )
 
 EXTRA_KEY = "openai_responses"
-"""The thread ``extra`` key holding each response's request parameters, by turn id."""
+"""The thread ``extra`` key holding each response's request parameters, by turn id: each
+one JSON text (threads written before hold JSON objects there; both are read)."""
+_DEFAULTS: Mapping[str, Any] = {
+    "instructions": None,
+    "previous_response_id": None,
+    "tools": [],
+    "background": False,
+    "metadata": {},
+}
+"""Parameters left out of a kept entry when they have these values (read back as them)."""
 
 _LOCKS = [anyio.Semaphore(1) for _ in range(64)]
 """The per-thread serialisation of the ``extra`` read-modify-writes in this process
@@ -109,9 +118,9 @@ async def _params(store: ThreadStore, thread_id: str, turn_id: str) -> dict[str,
     or never was. A response whose parameters were lost (another worker wrote the thread's
     ``extra`` over them at the same moment) is still served from its journal."""
     extra = (await store.get_thread(thread_id)).extra or {}
-    found = dict(extra.get(EXTRA_KEY) or {}).get(turn_id)
+    found = _unpacked(dict(extra.get(EXTRA_KEY) or {}).get(turn_id))
     if isinstance(found, Mapping) and not found.get("deleted"):
-        return dict(found)
+        return {**_DEFAULTS, **found}
     if found is None:
         entries = await store.read_events(thread_id)
         if any(getattr(e.event, "turn_id", None) == turn_id for e in entries):
@@ -172,10 +181,35 @@ async def _remember(
 def _with_entry(
     metadata: ThreadMetadata | None, turn_id: str, entry: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Return the thread's ``extra`` with ``entry`` as the response ``turn_id``'s."""
+    """Return the thread's ``extra`` with ``entry`` as the response ``turn_id``'s.
+
+    The entry is kept as one JSON text without its default values: the thread's ``extra``
+    holds every earlier response's entry and is written (and checked by the store, value
+    by value) whole with each new one, so each earlier response costs one value there, not
+    a walk of its parameters.
+    """
     extra = dict((metadata.extra if metadata is not None else None) or {})
-    extra[EXTRA_KEY] = {**dict(extra.get(EXTRA_KEY) or {}), turn_id: dict(entry)}
+    extra[EXTRA_KEY] = {**dict(extra.get(EXTRA_KEY) or {}), turn_id: _packed(entry)}
     return extra
+
+
+def _packed(entry: Mapping[str, Any]) -> str:
+    """Return ``entry`` as kept: JSON text, its default values left out."""
+    kept = {k: v for k, v in entry.items() if k not in _DEFAULTS or v != _DEFAULTS[k]}
+    try:
+        return orjson.dumps(kept).decode()
+    except TypeError as exc:  # the request's JSON held what JSON text cannot carry
+        raise bad_request(f"the request's parameters cannot be kept: {exc}") from None
+
+
+def _unpacked(found: object) -> object:
+    """Return a kept entry as a mapping (JSON text, or an object as older threads hold)."""
+    if isinstance(found, str):
+        try:
+            return orjson.loads(found)
+        except orjson.JSONDecodeError:
+            return None
+    return found
 
 
 async def _start(
