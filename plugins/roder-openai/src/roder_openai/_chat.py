@@ -258,8 +258,10 @@ class OpenAIChatEngine(HttpEngine):
     ) -> AsyncIterator[InferenceEvent]:
         """Yield the events of one streamed ``POST /chat/completions`` call."""
         body = self.request_body(ctx, request)
-        characters = text_characters(body["messages"], frozenset({"role", "type", "id"}))
-        check_fits(body["model"], self.settings.context_window_for(body["model"]), characters)
+        window = self.settings.context_window_for(body["model"])
+        if window:  # without a window nothing is refused: the history is not walked
+            characters = text_characters(body["messages"], frozenset({"role", "type", "id"}))
+            check_fits(body["model"], window, characters)
         stream = self.stream_events("chat/completions", body, ChatStreamState, "[DONE]")
         async with aclosing(stream) as events:
             async for event in events:

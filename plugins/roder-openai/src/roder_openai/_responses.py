@@ -401,10 +401,13 @@ class OpenAIResponsesEngine(HttpEngine):
     ) -> AsyncIterator[InferenceEvent]:
         """Yield the events of one streamed ``POST /responses`` call."""
         body = self.request_body(ctx, request)
-        if "context_management" not in body:  # else the server may compact it to fit
+        window = self.settings.context_window_for(body["model"])
+        # With context management the server may compact it to fit; without a window
+        # nothing is refused (the input is not walked).
+        if window and "context_management" not in body:
             characters = text_characters(body["input"], OPAQUE_KEYS)
             characters += len(request.instructions or "")
-            check_fits(body["model"], self.settings.context_window_for(body["model"]), characters)
+            check_fits(body["model"], window, characters)
         stream = self.stream_events("responses", body, ResponsesStreamState, "response.completed")
         async with aclosing(stream) as events:
             async for event in events:
