@@ -196,7 +196,7 @@ async def thread_stream(request: Request) -> Response:
     if until not in (None, "turn_end"):
         raise Problem(400, f"until must be turn_end, got {until!r}")
     store = await state.store()
-    await store.get_thread(thread_id)
+    known_last = (await store.get_thread(thread_id)).last_sequence
     if state.streams >= state.settings.max_streams:
         raise Problem(
             503,
@@ -216,6 +216,7 @@ async def thread_stream(request: Request) -> Response:
                 heartbeat_s=state.settings.heartbeat_s,
                 until_turn_end=until == "turn_end",
                 task_group=state.state.waits,
+                known_last=known_last,
             ):
                 yield chunk
         except ThreadNotFoundError:

@@ -140,6 +140,7 @@ async def journal_stream(
     heartbeat_s: float,
     until_turn_end: bool = False,
     task_group: anyio.abc.TaskGroup | None = None,
+    known_last: int | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield the SSE messages of every event after ``after``, then live ones, forever (or
     until the first turn end sent, with ``until_turn_end``).
@@ -147,11 +148,16 @@ async def journal_stream(
     ``task_group`` (one that outlives the stream, such as the app's): the store's
     ``wait_for_events`` runs in a task of it, so that an append handed over meanwhile is
     sent at once (the wait is then cancelled; a store read it had begun ends in the
-    background). Without it the stream awaits ``wait_for_events`` itself."""
+    background). Without it the stream awaits ``wait_for_events`` itself.
+
+    ``known_last``: the thread's last sequence as the caller read it just before (the
+    route's existence check). At or below ``after`` there is nothing to read yet: the
+    stream skips its first store read and waits at once (an append since is handed over,
+    or found by the store wait, which reads the last sequence again after subscribing)."""
     yield b"retry: 1000\n\n"
     # Subscribed before the first read: whatever commits after it is handed over.
     with _subscribe(store, thread_id) as feed:
-        read = True
+        read = known_last is None or known_last > after
         while True:
             batch: list[bytes] = []  # what is ready goes out as one write
             ended = False

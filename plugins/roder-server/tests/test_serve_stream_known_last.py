@@ -1,0 +1,123 @@
+"""A stream opened at the end of its thread does not read the journal before its first
+event: the route's existence check already said there is nothing to read (one store read
+fewer per stream, in a burst of runs that each open a stream before posting). An append
+made between that check and the stream's subscription (by another store object) is still
+read, in order."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+from starlette.testclient import TestClient
+
+from roder_api.events import AssistantContentDelta, ContentPhase, JournalEvent, TurnComplete
+from roder_api.threads import ThreadMetadata
+from roder_jsonl_thread_store import JsonlThreadStoreFactory
+from roder_runtime import Runtime
+from roder_server import ServerSettings, create_app, journal_stream
+
+
+def _words(count: int, first: int = 0) -> list[AssistantContentDelta]:
+    return [
+        AssistantContentDelta("t1", "s1", ContentPhase.FINAL_ANSWER, f"w{first + i} ")
+        for i in range(count)
+    ]
+
+
+def _sequences(chunks: list[bytes]) -> list[int]:
+    messages = [m for m in b"".join(chunks).split(b"\n\n") if m.startswith(b"id: ")]
+    return [orjson.loads(m.split(b"\ndata: ", 1)[1])["sequence"] for m in messages]
+
+
+def _count_reads(store: Any, reads: list[int]) -> None:
+    original = store.read_events
+
+    async def counted(thread_id: str, **kwargs: Any) -> list[JournalEvent]:
+        reads.append(kwargs.get("after", 0))
+        result: list[JournalEvent] = await original(thread_id, **kwargs)
+        return result
+
+    store.read_events = counted
+
+
+def test_a_stream_opened_at_the_end_sends_live_events_without_a_journal_read(
+    tmp_path: Path,
+) -> None:
+    runtime = Runtime.from_config(
+        {"thread_store": {"backend": "jsonl", "path": str(tmp_path / "threads")}}
+    )
+    app = create_app(runtime, ServerSettings(heartbeat_s=30), tokens={})
+    reads: list[int] = []
+    got: list[bytes] = []
+    try:
+        with TestClient(app) as client:
+            tid = client.post("/v1/threads", json={}).json()["thread_id"]
+            assert client.portal is not None
+            store = client.portal.call(runtime.store)
+            client.portal.call(store.append_events, tid, _words(2))
+            _count_reads(store, reads)
+            opened = threading.Event()
+
+            def read() -> None:
+                with client.stream("GET", f"/v1/threads/{tid}/stream?after=2&until=turn_end") as r:
+                    for chunk in r.iter_bytes():
+                        opened.set()
+                        got.append(chunk)
+
+            reader = threading.Thread(target=read, daemon=True)
+            reader.start()
+            assert opened.wait(30), "the stream never opened"
+            time.sleep(0.1)  # the stream is waiting (subscribed) by now
+            client.portal.call(store.append_events, tid, [*_words(3, 2), TurnComplete("t1")])
+            reader.join(30)
+            assert not reader.is_alive()
+    finally:
+        anyio.run(runtime.aclose)
+    assert _sequences(got) == [3, 4, 5, 6]
+    assert reads == [], "the stream read the journal though it was at its end"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_an_append_after_the_known_last_sequence_is_still_read(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    here = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
+    there = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
+    try:
+        now = int(time.time() * 1000)
+        await here.create_thread(ThreadMetadata("th", now, now))
+        # The caller saw 0 events; another process appended 3 before the stream subscribed.
+        await there.append_events("th", _words(3))
+        chunks: list[bytes] = []
+        async with anyio.create_task_group() as waits:
+            stream = journal_stream(
+                here,
+                "th",
+                0,
+                heartbeat_s=30,
+                until_turn_end=True,
+                task_group=waits,
+                known_last=0,
+            )
+
+            async def collect() -> None:
+                async for chunk in stream:
+                    chunks.append(chunk)
+
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(collect)
+                    await anyio.sleep(0.05)
+                    await here.append_events("th", [*_words(2, 3), TurnComplete("t1")])
+            waits.cancel_scope.cancel()
+        assert _sequences(chunks) == [1, 2, 3, 4, 5, 6]
+    finally:
+        await here.aclose()
+        await there.aclose()
