@@ -352,6 +352,13 @@ def gc_paused() -> Iterator[None]:
     of a 50,000-item ``load_thread``). Reference counting still frees everything. Safe
     across threads and tasks: the collector resumes when the last holder leaves, and it is
     left alone when the application had turned it off itself.
+
+    On resuming, the young generations (mostly what was allocated meanwhile) join the
+    oldest at once (``gc.freeze`` then ``gc.unfreeze``, which also resets the young count)
+    instead of being walked by a young-generation pass on the next allocation (measured:
+    ~9 ms after a 50,000-item load, over objects that are kept, or freed by reference
+    counting). Cycles among them are still found, by the next full collection. Skipped
+    when the application keeps objects frozen itself, so as not to thaw them.
     """
     pause = _GC_PAUSE
     with pause.lock:
@@ -366,6 +373,9 @@ def gc_paused() -> Iterator[None]:
             pause.holders -= 1
             if pause.holders == 0 and pause.disabled_by_us:
                 pause.disabled_by_us = False
+                if not gc.get_freeze_count():
+                    gc.freeze()
+                    gc.unfreeze()
                 gc.enable()
 
 
