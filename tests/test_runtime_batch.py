@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+import sysconfig
 import threading
+import weakref
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,55 @@ def test_gc_paused_across_threads_resumes_when_the_last_leaves() -> None:
         thread.join(timeout=10)
     assert states == [False], "the collector resumed while a holder was still decoding"
     assert gc.isenabled()
+
+
+@pytest.mark.skipif(
+    bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+    reason="the free-threaded build leaves the collector's generations as they are",
+)
+def test_gc_paused_leaves_no_young_pass_over_what_was_decoded() -> None:
+    passes: list[int] = []
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            passes.append(info["generation"])
+
+    gc.collect()
+    with gc_paused():
+        kept = [[i] for i in range(20_000)]  # tracked containers, as decoded records are
+        gc.callbacks.append(watch)
+    try:
+        more = [[1], [2], [3]]  # the next allocations after the pause
+    finally:
+        gc.callbacks.remove(watch)
+    assert passes == [], "a collection walked the decoded objects right after the pause"
+    assert gc.isenabled() and len(kept) == 20_000 and len(more) == 3
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.itself = self
+
+
+def test_gc_paused_still_lets_the_collector_free_cycles_made_meanwhile() -> None:
+    with gc_paused():
+        node = _Node()
+        ref = weakref.ref(node)
+        del node
+    assert ref() is not None  # a cycle: reference counting alone cannot free it
+    gc.collect()
+    assert ref() is None
+
+
+def test_gc_paused_leaves_what_the_application_froze_frozen() -> None:
+    gc.collect()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        with gc_paused():
+            kept = [[i] for i in range(1000)]
+        assert gc.get_freeze_count() == frozen, "the application's frozen objects were thawed"
+        assert len(kept) == 1000
+    finally:
+        gc.unfreeze()

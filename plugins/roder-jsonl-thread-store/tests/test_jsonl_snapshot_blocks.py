@@ -13,7 +13,7 @@ from jsonl_helpers import msg
 from roder_api.errors import StoreCorruptedError
 from roder_api.events import Event, ItemCompleted, UsageUpdated
 from roder_api.inference import TokenUsage
-from roder_api.threads import ThreadMetadata, turns_from_events
+from roder_api.threads import ThreadMetadata, Turn, turns_from_events
 from roder_api.transcript import ProviderMetadata, UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory, _turns
 
@@ -111,3 +111,31 @@ async def test_damage_of_the_same_size_is_reported_where_the_read_of_events_repo
     snapshot_error = await _error(factory, "snapshot")
     assert f"line {line}" in snapshot_error
     assert snapshot_error == await _error(factory, "events")
+
+
+def test_the_snapshot_pass_builds_real_turns() -> None:
+    items = (UserMessage("a"), UserMessage("b"))
+    built, made = _turns._new_turn("turn-1", items), Turn("turn-1", items)
+    assert type(built) is Turn
+    assert built == made and hash(built) == hash(made) and repr(built) == repr(made)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+async def test_checksums_spelled_in_capitals_are_read_as_the_events_read_them(
+    factory: JsonlThreadStoreFactory, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    path = await _journal(factory)
+    lines = path.read_bytes().splitlines(keepends=True)
+    start, end = len(b'{"c":"'), len(b'{"c":"') + 8
+    upper = [line[:start] + line[start:end].upper() + line[end:] for line in lines]
+    assert upper != lines  # some checksum has a hex letter
+    with path.open("r+b") as file:  # in place: the same inode, the same size
+        file.write(b"".join(upper))
+    monkeypatch.setattr(_turns, "READ_CHUNK", block)
+    store = await factory.open()
+    try:
+        snapshot = await store.read_snapshot("t")
+        assert snapshot.turns == turns_from_events(await store.read_events("t"))
+        assert len(snapshot.items) == 41
+    finally:
+        await store.aclose()

@@ -30,6 +30,7 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import cache
 from typing import Any
 
 import orjson
@@ -343,6 +344,16 @@ class _GcPause:
 _GC_PAUSE = _GcPause()
 
 
+@cache
+def _freeze_is_cheap() -> bool:
+    """Whether ``gc.freeze`` and ``gc.unfreeze`` only move lists (O(1)): with the GIL; the
+    free-threaded build walks the whole heap for each. Asked on first use (``sysconfig``
+    is not imported at start-up)."""
+    import sysconfig
+
+    return not sysconfig.get_config_var("Py_GIL_DISABLED")
+
+
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector while many records are decoded.
@@ -352,6 +363,14 @@ def gc_paused() -> Iterator[None]:
     of a 50,000-item ``load_thread``). Reference counting still frees everything. Safe
     across threads and tasks: the collector resumes when the last holder leaves, and it is
     left alone when the application had turned it off itself.
+
+    On resuming, the young generations (mostly what was allocated meanwhile) join the
+    oldest at once (``gc.freeze`` then ``gc.unfreeze``, which also resets the young count)
+    instead of being walked by a young-generation pass on the next allocation (measured:
+    ~9 ms after a 50,000-item load, over objects that are kept, or freed by reference
+    counting). Cycles among them are still found, by the next full collection. Skipped
+    when the application keeps objects frozen itself, so as not to thaw them, and on the
+    free-threaded build (where both walk the heap).
     """
     pause = _GC_PAUSE
     with pause.lock:
@@ -366,6 +385,9 @@ def gc_paused() -> Iterator[None]:
             pause.holders -= 1
             if pause.holders == 0 and pause.disabled_by_us:
                 pause.disabled_by_us = False
+                if not gc.get_freeze_count() and _freeze_is_cheap():
+                    gc.freeze()
+                    gc.unfreeze()
                 gc.enable()
 
 
