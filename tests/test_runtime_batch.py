@@ -109,14 +109,41 @@ def test_gc_paused_leaves_no_young_pass_over_what_was_decoded() -> None:
 
     gc.collect()
     with gc_paused():
-        kept = [[i] for i in range(20_000)]  # tracked containers, as decoded records are
+        kept = [[i] for i in range(30_000)]  # tracked containers, as decoded records are
         gc.callbacks.append(watch)
     try:
         more = [[1], [2], [3]]  # the next allocations after the pause
     finally:
         gc.callbacks.remove(watch)
     assert passes == [], "a collection walked the decoded objects right after the pause"
-    assert gc.isenabled() and len(kept) == 20_000 and len(more) == 3
+    assert gc.isenabled() and len(kept) == 30_000 and len(more) == 3
+
+
+def test_gc_paused_after_a_small_decode_leaves_the_young_generation_to_its_pass() -> None:
+    # A replay before a turn decodes little: its young objects are not moved to the oldest
+    # generation (where short-lived cycles would wait for a full collection); the usual
+    # young pass walks them.
+    passes: list[int] = []
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            passes.append(info["generation"])
+
+    thresholds = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    gc.collect()
+    try:
+        with gc_paused():
+            kept = [[i] for i in range(1_000)]
+            gc.callbacks.append(watch)
+        try:
+            more = [[1], [2], [3]]
+        finally:
+            gc.callbacks.remove(watch)
+    finally:
+        gc.set_threshold(*thresholds)
+    assert 0 in passes, "the young objects of a small decode skipped their young pass"
+    assert len(kept) == 1_000 and len(more) == 3
 
 
 class _Node:

@@ -354,6 +354,10 @@ def _freeze_is_cheap() -> bool:
     return not sysconfig.get_config_var("Py_GIL_DISABLED")
 
 
+_PROMOTE_AFTER = 20_000
+"""The young count past which :func:`gc_paused` moves the young generations to the oldest."""
+
+
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector while many records are decoded.
@@ -368,8 +372,11 @@ def gc_paused() -> Iterator[None]:
     oldest at once (``gc.freeze`` then ``gc.unfreeze``, which also resets the young count)
     instead of being walked by a young-generation pass on the next allocation (measured:
     ~9 ms after a 50,000-item load, over objects that are kept, or freed by reference
-    counting). Cycles among them are still found, by the next full collection. Skipped
-    when the application keeps objects frozen itself, so as not to thaw them, and on the
+    counting). Cycles among them are still found, by the next full collection. Only after
+    a large decode (``_PROMOTE_AFTER`` objects in the young count: a small replay before a
+    turn leaves the young generation to its usual pass, so that short-lived cycles of a
+    long-running process are not kept until a full collection). Skipped when the
+    application keeps objects frozen itself, so as not to thaw them, and on the
     free-threaded build (where both walk the heap).
     """
     pause = _GC_PAUSE
@@ -385,7 +392,11 @@ def gc_paused() -> Iterator[None]:
             pause.holders -= 1
             if pause.holders == 0 and pause.disabled_by_us:
                 pause.disabled_by_us = False
-                if not gc.get_freeze_count() and _freeze_is_cheap():
+                if (
+                    gc.get_count()[0] >= _PROMOTE_AFTER
+                    and not gc.get_freeze_count()
+                    and _freeze_is_cheap()
+                ):
                     gc.freeze()
                     gc.unfreeze()
                 gc.enable()
