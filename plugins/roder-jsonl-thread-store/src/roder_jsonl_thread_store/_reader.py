@@ -276,7 +276,12 @@ class JournalReader:
         damage, state = result.damage, result.state
         if damage is not None and not damage.automatic:
             core.states.pop(thread_id, None)
-            raise damage_error(thread_id, path, damage)
+            error = damage_error(thread_id, path, damage)
+            # Remembered as a read's find is, until the file changes: an index row that
+            # vouches for the whole file may appear later (a writer's deferred row), and a
+            # write must not then take the journal's state from it and continue it.
+            core.damaged[thread_id] = (st.st_ino, st.st_size, error)
+            raise error
         if state is None:
             core.states.pop(thread_id, None)
             where = damage if damage is not None else Damage(0, 1, "header", "it is empty")
