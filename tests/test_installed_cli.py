@@ -172,6 +172,11 @@ def test_unique_id_prefixes_work_everywhere_and_an_ambiguous_one_lists_the_match
     assert json.loads(forked.stdout)["forked_from"]["thread_id"] == target
     mistyped = run(installed_roder, "chat", "--thread", "zz", env=env, stdin="hello\n")
     assert mistyped.returncode == 1 and "'zz' was not found" in mistyped.stderr
+    # The fork made an id of its own, which may share the prefix: the shortest unique one now.
+    now = thread_ids(installed_roder, env)
+    prefix = next(
+        target[:n] for n in range(1, 33) if sum(i.startswith(target[:n]) for i in now) == 1
+    )
     deleted = run(installed_roder, "threads", "delete", prefix, "--yes", env=env)
     assert deleted.returncode == 0 and f"deleted {target}" in deleted.stdout
     assert len(thread_ids(installed_roder, env)) == 17  # 17 - 1 deleted + 1 fork
