@@ -156,6 +156,7 @@ class StoreCore:
         # A flush of deferred rows waiting out the interval on a store worker (the pool's,
         # no thread of its own), with the pid that started it (a forked child's pool is new).
         self._flush_call: tuple[int, WorkerCall] | None = None
+        self._flush_armed = 0  # the pid whose delayed flush has not yet taken the rows
         self._flush_stop = threading.Event()
         self._flush_lock = threading.Lock()
         self.session = WriterMarker(self.sessions_dir)
@@ -257,12 +258,12 @@ class StoreCore:
         with self._flush_lock:
             wait = self._flushed_at + INDEX_FLUSH_INTERVAL_S - time.monotonic()
             if wait > 0 and not self._flush_stop.is_set():
-                pending = self._flush_call
-                if pending is not None and pending[0] == os.getpid() and not pending[1].done():
-                    return  # a delayed flush is under way: it writes these rows too
+                if self._flush_armed == os.getpid():
+                    return  # a delayed flush has yet to take the rows: it writes these too
                 call = start_in_worker(self._delayed_flush, wait)
                 if call is not None:
                     self._flush_call = (os.getpid(), call)
+                    self._flush_armed = os.getpid()
                     return
                 # No idle worker to wait on: write them now.
             self._flushed_at = time.monotonic()
@@ -271,6 +272,7 @@ class StoreCore:
     def _delayed_flush(self, wait: float) -> None:
         self._flush_stop.wait(wait)  # closing cuts it short
         with self._flush_lock:
+            self._flush_armed = 0  # rows deferred from now on arm a flush of their own
             self._flushed_at = time.monotonic()
         self.flush_rows()
 
