@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
-from serve_support import PREFIX, RODER, serve_until_exit
+from serve_support import DEFAULT_TEST_DSN, PREFIX, RODER, Server, serve_until_exit
 
 CASES = {
     "unknown-backend": ('[thread_store]\nbackend = "postgress"\n', "postgress"),
@@ -40,6 +43,8 @@ def test_a_store_it_cannot_use_stops_the_server_at_start(
     assert PREFIX not in err, f"the server said it listens on a store it cannot use: {err}"
     assert named in err, err
     assert "Traceback" not in err, err
+    # Refused once, before any worker starts: not five worker start failures.
+    assert "exited before it served" not in err, err
 
 
 def test_config_check_names_a_bad_server_key_with_file_and_line(tmp_path: Path) -> None:
@@ -68,3 +73,24 @@ def test_config_check_names_a_bad_server_key_with_file_and_line(tmp_path: Path) 
     assert bad_value.returncode == 1 and "workers" in bad_value.stdout + bad_value.stderr
     clean = check("[server]\nport = 8000\n")
     assert clean.returncode == 0, clean.stdout + clean.stderr
+
+
+def test_a_store_that_stops_answering_later_makes_readyz_503_and_the_server_lives(
+    serve: Callable[..., Server],
+) -> None:
+    # docs/serve.md: "Later outages are /readyz 503s". The PostgreSQL store's tables go
+    # away under a running server (an outage it cannot mend): /readyz says 503 with
+    # Retry-After, /healthz still answers, and the process keeps serving.
+    import psycopg
+    from psycopg import sql
+
+    schema = f"roder_serve_{uuid.uuid4().hex[:10]}"
+    server = serve("postgres", schema=schema)
+    assert httpx.get(server.url + "/readyz", timeout=10).status_code == 200
+    with psycopg.connect(DEFAULT_TEST_DSN, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+    ready = httpx.get(server.url + "/readyz", timeout=30)
+    assert ready.status_code == 503, ready.text
+    assert ready.headers["retry-after"] == "5"
+    assert httpx.get(server.url + "/healthz", timeout=10).status_code == 200
+    assert server.proc is not None and server.proc.poll() is None
