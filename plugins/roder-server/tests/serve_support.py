@@ -205,6 +205,26 @@ def serve_until_exit(
     return proc.returncode, err
 
 
+class CountedReads:
+    """Counts ``read_events`` on a real store (the store itself is untouched): ``reads``,
+    and the ``after`` each asked for."""
+
+    def __init__(self, store: Any) -> None:
+        self.afters: list[int] = []
+        read = store.read_events
+
+        async def counted(thread_id: str, **kwargs: Any) -> Any:
+            self.afters.append(kwargs.get("after", 0))
+            return await read(thread_id, **kwargs)
+
+        store.read_events = counted
+
+    @property
+    def reads(self) -> int:
+        """How many reads so far."""
+        return len(self.afters)
+
+
 def _parents() -> dict[int, int]:
     parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):

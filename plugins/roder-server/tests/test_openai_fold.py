@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+from serve_support import CountedReads
 
 from roder_api import ExtensionRegistryBuilder
 from roder_api.events import Event, JournalEvent
@@ -31,20 +32,6 @@ pytestmark = pytest.mark.anyio
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     """Run every test under asyncio and under trio."""
     return str(request.param)
-
-
-class Counted:
-    """Counts the reads of a real store (the store itself is untouched)."""
-
-    def __init__(self, store: ThreadStore) -> None:
-        self.reads = 0
-        read = store.read_events
-
-        async def counted(thread_id: str, **kwargs: Any) -> list[JournalEvent]:
-            self.reads += 1
-            return await read(thread_id, **kwargs)
-
-        store.read_events = counted  # type: ignore[method-assign]
 
 
 async def _one_turn(path: Path, words: int) -> list[Event]:
@@ -86,7 +73,7 @@ async def test_a_live_response_is_folded_without_reading_each_append(tmp_path: P
     try:
         await store.create_thread(_thread())
         await store.append_events("th", events[:1])
-        counted = Counted(store)
+        counted = CountedReads(store)
         got: list[dict[str, Any]] = []
         async with anyio.create_task_group() as tg:
             started = anyio.Event()
@@ -130,7 +117,7 @@ async def test_a_response_created_here_is_folded_without_any_read(tmp_path: Path
     events = await _one_turn(tmp_path / "source", 10)
     store = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
     try:
-        counted = Counted(store)
+        counted = CountedReads(store)
         feed = AppendFeed(store, "th")  # before the thread exists, as create_response does
         await store.create_thread(_thread())
         await store.append_events("th", events[:3])  # the run's start, before the stream

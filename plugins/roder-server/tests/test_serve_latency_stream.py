@@ -8,15 +8,15 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.lowlevel
 import orjson
 import pytest
+from serve_support import CountedReads
 
-from roder_api.events import AssistantContentDelta, ContentPhase, JournalEvent, TurnComplete
-from roder_api.threads import ThreadMetadata, ThreadStore
+from roder_api.events import AssistantContentDelta, ContentPhase, TurnComplete
+from roder_api.threads import ThreadMetadata
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_server import journal_stream
 from roder_server._stream import QUEUE_LIMIT
@@ -28,20 +28,6 @@ pytestmark = pytest.mark.anyio
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     """Run every test under asyncio and under trio."""
     return str(request.param)
-
-
-class Counted:
-    """Counts the reads of a real store (the store itself is untouched)."""
-
-    def __init__(self, store: ThreadStore) -> None:
-        self.reads = 0
-        read = store.read_events
-
-        async def counted(thread_id: str, **kwargs: Any) -> list[JournalEvent]:
-            self.reads += 1
-            return await read(thread_id, **kwargs)
-
-        store.read_events = counted  # type: ignore[method-assign]
 
 
 def _sequences(chunks: Sequence[bytes]) -> list[int]:
@@ -81,7 +67,7 @@ async def test_the_stream_gets_live_events_without_reading_the_store(tmp_path: P
     try:
         await store.create_thread(_thread())
         await store.append_events("th", _words(3))
-        counted = Counted(store)
+        counted = CountedReads(store)
         chunks: list[bytes] = []
         stream = journal_stream(store, "th", 0, heartbeat_s=30, until_turn_end=True)
         async with anyio.create_task_group() as tg:

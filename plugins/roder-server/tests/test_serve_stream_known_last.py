@@ -9,14 +9,14 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import anyio
 import orjson
 import pytest
+from serve_support import CountedReads
 from starlette.testclient import TestClient
 
-from roder_api.events import AssistantContentDelta, ContentPhase, JournalEvent, TurnComplete
+from roder_api.events import AssistantContentDelta, ContentPhase, TurnComplete
 from roder_api.threads import ThreadMetadata
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime
@@ -35,17 +35,6 @@ def _sequences(chunks: list[bytes]) -> list[int]:
     return [orjson.loads(m.split(b"\ndata: ", 1)[1])["sequence"] for m in messages]
 
 
-def _count_reads(store: Any, reads: list[int]) -> None:
-    original = store.read_events
-
-    async def counted(thread_id: str, **kwargs: Any) -> list[JournalEvent]:
-        reads.append(kwargs.get("after", 0))
-        result: list[JournalEvent] = await original(thread_id, **kwargs)
-        return result
-
-    store.read_events = counted
-
-
 def test_a_stream_opened_at_the_end_sends_live_events_without_a_journal_read(
     tmp_path: Path,
 ) -> None:
@@ -53,7 +42,6 @@ def test_a_stream_opened_at_the_end_sends_live_events_without_a_journal_read(
         {"thread_store": {"backend": "jsonl", "path": str(tmp_path / "threads")}}
     )
     app = create_app(runtime, ServerSettings(heartbeat_s=30), tokens={})
-    reads: list[int] = []
     got: list[bytes] = []
     try:
         with TestClient(app) as client:
@@ -61,7 +49,7 @@ def test_a_stream_opened_at_the_end_sends_live_events_without_a_journal_read(
             assert client.portal is not None
             store = client.portal.call(runtime.store)
             client.portal.call(store.append_events, tid, _words(2))
-            _count_reads(store, reads)
+            reads = CountedReads(store).afters
             opened = threading.Event()
 
             def read() -> None:
