@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import pytest
 
 from roder_api import ExtensionRegistryBuilder
@@ -55,6 +56,18 @@ def alive(pid: int) -> bool:
     return True
 
 
+async def said(process: anyio.abc.Process, word: str) -> list[str]:
+    """Return the words of the first line ``process`` prints, which must start with ``word``."""
+    assert process.stdout is not None
+    output = b""
+    with anyio.fail_after(60):
+        while not output.endswith(b"\n"):
+            output += await process.stdout.receive()
+    line = output.decode().split()
+    assert line[:1] == [word], line
+    return line
+
+
 def lock_is_free(path: Path) -> bool:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -77,13 +90,7 @@ async def test_a_forked_child_does_not_keep_the_lease_of_a_killed_holder(
         [sys.executable, str(CHILD), kind, where, thread_id], cwd=REPO
     ) as holder:
         try:
-            assert holder.stdout is not None
-            output = b""
-            with anyio.fail_after(60):
-                while not output.endswith(b"\n"):
-                    output += await holder.stdout.receive()
-            line = output.decode().split()
-            assert line[:1] == ["holding"], line
+            line = await said(holder, "holding")
             child_pid = int(line[2])
             os.kill(holder.pid, signal.SIGKILL)
             await holder.wait()
@@ -125,13 +132,7 @@ async def test_children_forked_while_a_writer_commits_do_not_keep_the_thread_loc
         [sys.executable, str(APPENDER), kind, where, thread_id, "40"], cwd=REPO
     ) as writer:
         try:
-            assert writer.stdout is not None
-            output = b""
-            with anyio.fail_after(60):
-                while not output.endswith(b"\n"):
-                    output += await writer.stdout.receive()
-            line = output.decode().split()
-            assert line[:1] == ["forked"], line
+            line = await said(writer, "forked")
             children = [int(pid) for pid in line[1:]]
             os.kill(writer.pid, signal.SIGKILL)
             await writer.wait()
