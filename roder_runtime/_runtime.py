@@ -38,6 +38,7 @@ from roder_runtime.store._journal import (
     DEFAULT_STORE_TIMEOUT_S,
     ReplayHistory,
     ThreadJournal,
+    bounded_append,
     bounded_call,
     store_label,
 )
@@ -81,6 +82,7 @@ class Runtime:
         self._owns_registry = owns_registry
         self._store: ThreadStore | None = None
         self._store_lock = anyio.Lock()
+        self._store_label: str | None = None
         self._closed = False
         self._sessions: set[Session] = set()
         self.observers = ObserverHub(registry.observers) if registry.observers else None
@@ -157,7 +159,9 @@ class Runtime:
         )
 
     def _store_name(self) -> str:
-        return store_label(self.thread_store_factory())
+        if self._store_label is None:  # the registry and the configuration are fixed
+            self._store_label = store_label(self.thread_store_factory())
+        return self._store_label
 
     async def _bounded(self, what: str, call: Callable[[ThreadStore], Awaitable[T]]) -> T:
         """Return ``await call(store)`` within the deadline of :meth:`journal`."""
@@ -218,8 +222,20 @@ class Runtime:
         otherwise ``SequenceConflictError`` and nothing is written. The session does not
         answer an event appended this way (``Session.submit`` is the way to start a turn).
         """
-        journal = await self.journal(thread_id)
-        return await journal.append(events, expected_last_sequence=expected_last_sequence)
+        # What journal().append does, without making a ThreadJournal per call.
+        store = self._store
+        if store is None or self._closed:
+            store = await self.store()
+        limit = self.config.turn_timeout_s
+        return await bounded_append(
+            store,
+            validate_thread_id(thread_id),
+            events,
+            expected_last_sequence,
+            store_name=self._store_name(),
+            timeout_s=limit if limit is not None else DEFAULT_STORE_TIMEOUT_S,
+            observe=self.observers.offer if self.observers is not None else None,
+        )
 
     async def persist_turn_item(
         self, thread_id: str, turn_id: str, item: TranscriptItem

@@ -23,13 +23,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from roder_api.codec import dumps_json, to_dict
 from roder_api.errors import StoreCorruptedError, StoreError
 from roder_api.storekit import WorkerCall, start_in_worker
 from roder_api.threads import ThreadMetadata, validate_thread_id
 from roder_jsonl_thread_store._format import FORMAT_VERSION
-from roder_jsonl_thread_store._index import IndexRow, IndexUnavailable, ThreadIndex
+from roder_jsonl_thread_store._index import IndexRow, IndexUnavailable, PendingRow, ThreadIndex
 from roder_jsonl_thread_store._journal import NEWER_VERSION, Damage, JournalState
 from roder_jsonl_thread_store._locks import WriterMarker
 
@@ -239,7 +240,13 @@ class StoreCore:
             self.index_behind = True
             log.warning("could not update the JSONL index (%s); it will be caught up", exc)
 
-    def defer_rows(self, rows: Iterable[IndexRow]) -> None:
+    def defer_states(self, states: Iterable[tuple[str, JournalState]]) -> None:
+        """:meth:`defer_rows` of the rows of these journal states (thread id, state), each
+        made only if it is still a thread's newest when the rows are written (a commit's
+        state is never changed once stored: the next commit works on a copy)."""
+        self.index.defer([_StateRow(self, thread_id, state) for thread_id, state in states])
+
+    def defer_rows(self, rows: Iterable[PendingRow]) -> None:
         """Queue index rows to write later (:meth:`flush_rows`, or before the index is next
         used): for a commit that wakes its callers before it updates the index."""
         self.index.defer(rows)
@@ -352,3 +359,18 @@ class StoreCore:
         else:
             self.session.end()
         self.index.close()
+
+
+class _StateRow:
+    """A deferred index row: the row of a journal's state, made when it is written."""
+
+    __slots__ = ("_core", "_state", "thread_id")
+
+    def __init__(self, core: StoreCore, thread_id: str, state: JournalState) -> None:
+        self._core = core
+        self.thread_id = thread_id
+        self._state = state
+
+    def values(self) -> tuple[Any, ...]:
+        """Return the row's column values in table order."""
+        return self._core.row(self.thread_id, self._state).values()

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 INDEX_VERSION = 2
 """The version of the index schema; an index of another version is rebuilt (version 2 added
@@ -83,6 +83,20 @@ class IndexRow:
         )
 
 
+class PendingRow(Protocol):
+    """A row deferred to be written later (:meth:`ThreadIndex.defer`): an :class:`IndexRow`,
+    or anything that makes its values only when they are written."""
+
+    @property
+    def thread_id(self) -> str:
+        """The thread the row is of (a newer row of the same thread replaces it)."""
+        ...
+
+    def values(self) -> tuple[Any, ...]:
+        """Return the row's column values in table order."""
+        ...
+
+
 class IndexUnavailable(Exception):
     """Raised when the index file cannot be opened or read; the caller rebuilds it."""
 
@@ -102,7 +116,7 @@ class ThreadIndex:
         # Rows deferred by a writer (``defer``), by thread: written before the index is next
         # used, so every reader of this object sees them. Their own lock, so that deferring
         # never waits for a query.
-        self._pending: dict[str, IndexRow] = {}
+        self._pending: dict[str, PendingRow] = {}
         self._pending_lock = threading.Lock()
         self.dropped = False
         """True once deferred rows could not be written (the index is behind the journals)."""
@@ -212,7 +226,7 @@ class ThreadIndex:
             except sqlite3.DatabaseError as exc:
                 raise IndexUnavailable(str(exc)) from exc
 
-    def defer(self, rows: Iterable[IndexRow]) -> None:
+    def defer(self, rows: Iterable[PendingRow]) -> None:
         """Queue rows to insert or replace: they are written before the index is next used
         (any call of this object) or by :meth:`flush`, a thread's newest row last.
 

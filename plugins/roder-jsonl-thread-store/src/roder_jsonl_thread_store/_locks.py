@@ -20,7 +20,9 @@ by the creator alone, so nobody excluding writers of a missing journal sees one 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -117,6 +119,110 @@ def _locked(fd: int, operation: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+KEEP_OPEN = 16
+"""How many journals' descriptors a store keeps open (unlocked) between commits."""
+
+
+class KeptJournals:
+    """Journal descriptors kept open between a store's commits, each unlocked meanwhile.
+
+    A commit to a journal committed to before takes its writer lock with one ``flock`` on
+    the kept descriptor and one ``stat`` of the path (still the file it locked?), instead of
+    an ``open``, a ``flock``, a ``stat``, two ``fstat`` and a ``close``. Between commits
+    nothing is locked, so other writers (here and in other processes) see no change. A kept
+    descriptor whose path now names another file, or none (a delete or a repair replaced
+    it), is closed and the journal opened anew as by :func:`lock_existing`. At most
+    :data:`KEEP_OPEN` are kept (the oldest closed first). Each is registered with the fork
+    guard as it is opened, so a forked child has ``/dev/null`` in its place; the child finds
+    the process id changed and closes them without using them. POSIX only (``HAVE_FLOCK``).
+    """
+
+    __slots__ = ("_fds", "_lock", "_pid")
+
+    def __init__(self) -> None:
+        self._fds: dict[str, tuple[int, int, int]] = {}  # path -> (fd, st_dev, st_ino)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _take(self, path: str) -> tuple[int, int, int] | None:
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child: the fork guard nulled them
+                stale, self._fds = list(self._fds.values()), {}
+                self._pid = os.getpid()
+                for fd, _, _ in stale:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            return self._fds.pop(path, None)
+
+    def lock(self, path: str) -> tuple[int, os.stat_result] | None:
+        """Lock the journal at ``path`` exclusively; return its descriptor (open for
+        appending) and the file's ``stat``, or None when there is no journal."""
+        assert fcntl is not None
+        kept = self._take(path)
+        if kept is not None:
+            fd, dev, ino = kept
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                st = os.stat(path)
+                if st.st_ino == ino and st.st_dev == dev:
+                    return fd, st
+            except FileNotFoundError:
+                pass
+            except BaseException:
+                unlock(fd)
+                raise
+            unlock(fd)  # removed or replaced: open what the path names now
+        opened = lock_existing(path, APPEND)
+        if opened is None:
+            return None
+        try:
+            return opened, os.fstat(opened)
+        except BaseException:
+            unlock(opened)
+            raise
+
+    def release(self, path: str, fd: int, st: os.stat_result, *, keep: bool) -> None:
+        """Drop the lock :meth:`lock` took; keep the descriptor open for the next commit
+        (closing the oldest kept beyond :data:`KEEP_OPEN`) or, unless ``keep``, close it."""
+        assert fcntl is not None
+        if keep:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except OSError:
+                keep = False
+        if not keep:
+            unlock(fd)
+            return
+        closing: list[int] = []
+        with self._lock:
+            if self._pid == os.getpid():
+                self._fds[path] = (fd, st.st_dev, st.st_ino)
+                while len(self._fds) > KEEP_OPEN:
+                    closing.append(self._fds.pop(next(iter(self._fds)))[0])
+            else:  # pragma: no cover - released in a child forked mid-commit
+                closing.append(fd)
+        for old in closing:
+            unlock(old)
+
+    def forget(self, path: str) -> None:
+        """Close the kept descriptor of ``path``, if any (before deleting the journal)."""
+        kept = self._take(path)
+        if kept is not None:
+            unlock(kept[0])
+
+    def close(self) -> None:
+        """Close every kept descriptor."""
+        with self._lock:
+            kept, self._fds = list(self._fds.values()), {}
+            mine = self._pid == os.getpid()
+        for fd, _, _ in kept:
+            if mine:
+                unlock(fd)
+            else:  # pragma: no cover - a forked child closing its copy of the store
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
 
 class ProcessLock:

@@ -58,10 +58,10 @@ from roder_jsonl_thread_store._journal import (
 from roder_jsonl_thread_store._locks import (
     APPEND,
     HAVE_FLOCK,
+    KeptJournals,
     ProcessLock,
     fallback_lock,
     lock_directory_shared,
-    lock_existing,
     lock_file,
     unlock,
 )
@@ -93,13 +93,15 @@ class _Held:
     """A thread locked for a batch, with what is being written to it.
 
     ``fd`` is the journal, open for appending and holding its writer lock (None when there
-    is no journal); ``fallback`` the lock where ``flock`` does not exist.
+    is no journal), ``stat`` what it was when locked; ``fallback`` the lock where ``flock``
+    does not exist.
     """
 
     thread_id: str
     guard: threading.Lock
     commits: list[Commit]
     fd: int | None = None
+    stat: os.stat_result | None = None
     fallback: Any = None
     before: JournalState | None = None
     after: JournalState | None = None
@@ -149,6 +151,7 @@ class JournalWriter:
     def __init__(self, core: StoreCore, reader: JournalReader) -> None:
         self.core = core
         self.reader = reader
+        self.kept = KeptJournals()  # descriptors kept open between commits (POSIX)
         # A test seam for crash tests: called after a journal write is synced and before the
         # index is updated (a real child process SIGKILLs itself here).
         self.after_journal_write: Callable[[str], None] | None = None
@@ -215,7 +218,7 @@ class JournalWriter:
                     call.result()
             elif writing and core.durability != "none":
                 self._sync_entry(writing[0])
-            rows = []
+            written = []
             for entry in writing:
                 if entry.error is not None:
                     continue
@@ -223,11 +226,11 @@ class JournalWriter:
                 core.states[entry.thread_id] = entry.after
                 if self.after_journal_write is not None:
                     self.after_journal_write(entry.thread_id)
-                rows.append(core.row(entry.thread_id, entry.after))
-            if defer_index:
-                core.defer_rows(rows)
+                written.append((entry.thread_id, entry.after))
+            if defer_index:  # the rows are made when written: most never are
+                core.defer_states(written)
             else:
-                core.put_rows(rows)
+                core.put_rows([core.row(thread_id, state) for thread_id, state in written])
         finally:
             for call in pending:
                 with contextlib.suppress(BaseException):
@@ -235,7 +238,15 @@ class JournalWriter:
             for entry in reversed(held):
                 try:
                     if entry.fd is not None:
-                        unlock(entry.fd)  # drops the journal's writer lock
+                        if entry.stat is None:  # pragma: no cover - Windows
+                            unlock(entry.fd)
+                        else:  # drops the journal's writer lock; kept open unless it failed
+                            self.kept.release(
+                                core.journal_file(entry.thread_id),
+                                entry.fd,
+                                entry.stat,
+                                keep=entry.error is None,
+                            )
                 finally:
                     try:
                         if entry.fallback is not None:  # pragma: no cover - Windows
@@ -269,7 +280,9 @@ class JournalWriter:
             if HAVE_FLOCK:
                 # Locked in sorted order, holding nothing else that others wait for: no
                 # deadlock. A missing journal is not locked: the commit only fails.
-                entry.fd = lock_existing(path, APPEND)
+                locked = self.kept.lock(path)
+                if locked is not None:
+                    entry.fd, entry.stat = locked
             else:  # pragma: no cover - Windows
                 entry.fallback = fallback_lock(path)
                 entry.fallback.acquire()
@@ -278,7 +291,7 @@ class JournalWriter:
             if entry.fd is None:
                 core.states.pop(thread_id, None)
                 raise ThreadNotFoundError(thread_id)
-            st = os.fstat(entry.fd)
+            st = entry.stat if entry.stat is not None else os.fstat(entry.fd)
             cached = core.states.get(thread_id)
             if (
                 cached is not None
@@ -476,6 +489,8 @@ class JournalWriter:
         core.start_session()
         path = core.journal_path(thread_id)
         with core.guard(thread_id), ProcessLock(core.lock_path(thread_id)):
+            if HAVE_FLOCK:
+                self.kept.forget(core.journal_file(thread_id))
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -486,4 +501,7 @@ class JournalWriter:
             core.delete_row(thread_id)
 
     def close(self) -> None:
-        """Nothing to stop: the syncs run on the store kit's workers, each waited for."""
+        """Close the journals kept open (the syncs run on the store kit's workers, each
+        waited for: nothing to stop)."""
+        if HAVE_FLOCK:
+            self.kept.close()
