@@ -44,6 +44,36 @@ async def test_concurrent_submits_share_one_synced_write_each_batch(tmp_path: Pa
     assert sorted(int(line) for line in path.read_text().split()) == list(range(200))
 
 
+async def test_a_lone_submit_goes_at_once_and_a_burst_after_it_waits_for_one_batch_at_most() -> (
+    None
+):
+    batches: list[list[int]] = []
+
+    def write(items: list[int]) -> Sequence[int | BaseException]:
+        batches.append(sorted(items))
+        return list(items)
+
+    group: GroupCommit[int, int] = GroupCommit(write)
+    for item in range(5):  # awaited one at a time: a batch each
+        assert await group.submit(item) == item
+    assert batches == [[0], [1], [2], [3], [4]]
+
+    async def burst(start: int) -> None:
+        async with anyio.create_task_group() as tg:
+            for item in range(start, start + 20):
+                tg.start_soon(group.submit, item)
+
+    del batches[:]
+    await burst(100)
+    # After lone submits the first of a burst went alone; the rest shared the next write
+    # (trio starts the tasks in an order of its own).
+    assert [len(batch) for batch in batches] == [1, 19]
+    assert sorted(batches[0] + batches[1]) == list(range(100, 120))
+    del batches[:]
+    await burst(200)
+    assert batches == [list(range(200, 220))]  # after a batch of many: one batch, as before
+
+
 async def test_an_item_refused_by_the_write_fails_only_its_caller() -> None:
     def write(items: list[int]) -> Sequence[int | BaseException]:
         return [ValueError(f"odd {i}") if i % 2 else i for i in items]

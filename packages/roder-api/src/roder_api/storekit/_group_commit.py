@@ -127,6 +127,7 @@ class GroupCommit(Generic[ItemT, ResultT]):
         self._idle.set()
         self._running = 0  # batches with a worker thread, ``after`` included (under _lock)
         self._closed = False
+        self._lone = False  # the last batch written held one item (event loop side only)
         self.batches = 0
         """How many batches have been written (for tests and benchmarks)."""
 
@@ -150,7 +151,11 @@ class GroupCommit(Generic[ItemT, ResultT]):
             # alternate between 1 and n-1. On asyncio a callback queued behind them hands
             # the batch over (whatever happens to this caller) without a task switch;
             # elsewhere this caller yields once, shielded: the batch must be handed over.
-            if self._later is not None:
+            # After a batch of one (appends awaited one at a time) it goes at once: no
+            # loop pass, and a burst that follows waits for one batch at most.
+            if self._lone:
+                self._hand_over()
+            elif self._later is not None:
                 self._later(functools.partial(self._hand_over_if_forming, batch))
             else:
                 with anyio.CancelScope(shield=True):
@@ -206,6 +211,7 @@ class GroupCommit(Generic[ItemT, ResultT]):
     def _written(self, batch: _Batch[ItemT, ResultT]) -> None:
         """Wake the callers of a written batch; hand over the next (on the event loop)."""
         self.batches += 1
+        self._lone = len(batch.items) == 1
         batch.done.set()
         if self._in_flight is not batch:
             return  # handed over on an event loop that is gone; this one did not wait
