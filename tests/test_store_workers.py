@@ -173,6 +173,21 @@ async def test_idle_threads_end_and_the_next_call_starts_one(
     assert _workers.worker_counts() == (1, 1)
 
 
+@pytest.mark.anyio
+async def test_with_several_threads_idle_a_call_wakes_only_the_one_idle_last() -> None:
+    # Four threads made idle together; then calls one at a time. Each goes to the thread
+    # that went idle last (the one that ran the call before): idle threads wait on a lock
+    # each, so a call wakes that one thread (from one shared queue, any of them woke).
+    barrier = threading.Barrier(4, timeout=20)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(run_in_worker, barrier.wait)
+    assert _workers.worker_counts()[1] >= 4
+    ran = [await run_in_worker(threading.get_ident) for _ in range(20)]
+    assert len(set(ran)) == 1
+
+
 def test_a_worker_survives_a_call_whose_event_loop_closed_meanwhile(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

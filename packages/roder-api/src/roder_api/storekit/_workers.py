@@ -5,8 +5,8 @@ It is the one thread mechanism under the store path: ``BlockingThreadStore`` cal
 opening and closing all run here.
 
 ``BlockingThreadStore.run_sync`` hands each blocking call to :func:`run_in_worker`: the
-event loop puts the call on a ``queue.SimpleQueue`` that the pool's threads take from, and
-the thread that ran it hands the outcome back with the event loop's own thread-safe "call
+event loop hands the call to an idle thread of the pool (waking that one thread), and the
+thread that ran it hands the outcome back with the event loop's own thread-safe "call
 soon" (:func:`thread_safe_caller`; the same hand-back as ``GroupCommit``'s). That is one
 thread wake-up each way per call, and none of ``anyio.to_thread``'s per-call bookkeeping.
 
@@ -19,10 +19,10 @@ threads do not exist there).
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import functools
 import os
-import queue
 import sys
 import threading
 from collections.abc import Callable
@@ -105,64 +105,92 @@ def _call_now(wake: Callable[[], object]) -> object:
     return wake()
 
 
+class _Idle:
+    """An idle worker thread: the call it is handed, and the lock it waits on for it."""
+
+    __slots__ = ("call", "wake")
+
+    def __init__(self) -> None:
+        self.call: _Call | None = None
+        self.wake = threading.Lock()
+        self.wake.acquire()  # released by whoever hands this thread a call
+
+
 class _Pool:
-    """The worker threads and their queue (one per process; a new one after fork)."""
+    """The worker threads (one pool per process; a new one after fork).
+
+    A call goes straight to an idle thread, the one that went idle last (its caches are
+    warm), which waits on a lock of its own: one thread wakes per call. (Threads blocked in
+    one shared ``queue.SimpleQueue`` get wake another idle thread on each put, which then
+    takes the GIL only to wait again: measured, every single commit paid for that.) Calls
+    that find every thread busy wait in ``backlog`` for the next one to finish.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.queue: queue.SimpleQueue[_Call] = queue.SimpleQueue()
+        self.idle: list[_Idle] = []  # under the lock; the last is woken first
+        self.backlog: collections.deque[_Call] = collections.deque()  # under the lock
         self.workers = 0
-        # Workers waiting for a call minus the calls queued: below zero, calls wait for a
-        # busy worker (all MAX_WORKERS run). Changed under the lock only.
-        self.spare = 0
 
     def submit(self, call: _Call, *, only_if_idle: bool = False) -> bool:
-        """Queue ``call``; start a worker when no idle one is left to take it.
+        """Hand ``call`` to an idle thread, else start one, else queue it for the next free.
 
         ``only_if_idle``: queue it only when a worker is idle or can be started (return
         False, nothing queued, when all :data:`MAX_WORKERS` are busy).
         """
         with self.lock:
-            if only_if_idle and self.spare <= 0 and self.workers >= MAX_WORKERS:
-                return False
-            self.queue.put(call)
-            self.spare -= 1
-            if self.spare >= 0 or self.workers >= MAX_WORKERS:
+            if self.idle:
+                idle = self.idle.pop()
+                idle.call = call
+                idle.wake.release()
+                return True
+            if self.workers >= MAX_WORKERS:
+                if only_if_idle:
+                    return False
+                self.backlog.append(call)
                 return True
             self.workers += 1
-            self.spare += 1
         try:
-            threading.Thread(target=self._work, name="roder-store-worker", daemon=True).start()
+            threading.Thread(
+                target=self._work, args=(call,), name="roder-store-worker", daemon=True
+            ).start()
         except BaseException:
             with self.lock:
                 self.workers -= 1
-                self.spare -= 1
             raise
         return True
 
-    def _work(self) -> None:
-        take = self.queue.get
-        while True:
-            try:
-                call = take(timeout=IDLE_EXIT_S)
-            except queue.Empty:
-                with self.lock:
-                    if self.queue.empty():  # no call was queued meanwhile: end
-                        self.spare -= 1
-                        self.workers -= 1
-                        return
-                continue
+    def _work(self, first: _Call) -> None:
+        me = _Idle()
+        call: _Call | None = first
+        while call is not None:
             call.run()
             # Idle before the caller wakes: its next call must find this thread, not start one.
             with self.lock:
-                self.spare += 1
+                following = self.backlog.popleft() if self.backlog else None
+                if following is None:
+                    self.idle.append(me)
             call.report()
             del call  # do not keep its result alive while idle
+            call = following if following is not None else self._wait(me)
+
+    def _wait(self, me: _Idle) -> _Call | None:
+        """Wait (up to :data:`IDLE_EXIT_S`) for a call handed to this idle thread; None:
+        none came, and this thread is no longer counted (it ends)."""
+        if not me.wake.acquire(timeout=IDLE_EXIT_S):
+            with self.lock:
+                if me in self.idle:  # nobody handed it a call: end
+                    self.idle.remove(me)
+                    self.workers -= 1
+                    return None
+            me.wake.acquire()  # handed one as the wait ended: released under the lock already
+        call, me.call = me.call, None
+        return call
 
     def counts(self) -> tuple[int, int]:
         """Return (worker threads running, of which idle)."""
         with self.lock:
-            return self.workers, max(self.spare, 0)
+            return self.workers, len(self.idle)
 
 
 _pool = _Pool()
