@@ -183,16 +183,17 @@ class KeptJournals:
             unlock(opened)
             raise
 
-    def release(self, path: str, fd: int, st: os.stat_result, *, keep: bool) -> None:
+    def release(self, path: str, fd: int, st: os.stat_result | None, *, keep: bool) -> None:
         """Drop the lock :meth:`lock` took; keep the descriptor open for the next commit
-        (closing the oldest kept beyond :data:`KEEP_OPEN`) or, unless ``keep``, close it."""
-        assert fcntl is not None
-        if keep:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            except OSError:
-                keep = False
-        if not keep:
+        (closing the oldest kept beyond :data:`KEEP_OPEN`) or, unless ``keep``, close it.
+        Without ``st`` (a descriptor opened elsewhere, as where there is no ``flock``), or
+        without ``flock``, it is closed."""
+        if st is None or fcntl is None or not keep:
+            unlock(fd)
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError:
             unlock(fd)
             return
         closing: list[int] = []

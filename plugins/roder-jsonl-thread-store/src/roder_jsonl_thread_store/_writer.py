@@ -237,16 +237,9 @@ class JournalWriter:
                     call.result()  # never release a lock while its journal is syncing
             for entry in reversed(held):
                 try:
-                    if entry.fd is not None:
-                        if entry.stat is None:  # pragma: no cover - Windows
-                            unlock(entry.fd)
-                        else:  # drops the journal's writer lock; kept open unless it failed
-                            self.kept.release(
-                                core.journal_file(entry.thread_id),
-                                entry.fd,
-                                entry.stat,
-                                keep=entry.error is None,
-                            )
+                    if entry.fd is not None:  # drops the writer lock; kept open unless failed
+                        path = core.journal_file(entry.thread_id)
+                        self.kept.release(path, entry.fd, entry.stat, keep=entry.error is None)
                 finally:
                     try:
                         if entry.fallback is not None:  # pragma: no cover - Windows
@@ -489,8 +482,7 @@ class JournalWriter:
         core.start_session()
         path = core.journal_path(thread_id)
         with core.guard(thread_id), ProcessLock(core.lock_path(thread_id)):
-            if HAVE_FLOCK:
-                self.kept.forget(core.journal_file(thread_id))
+            self.kept.forget(core.journal_file(thread_id))
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -501,7 +493,5 @@ class JournalWriter:
             core.delete_row(thread_id)
 
     def close(self) -> None:
-        """Close the journals kept open (the syncs run on the store kit's workers, each
-        waited for: nothing to stop)."""
-        if HAVE_FLOCK:
-            self.kept.close()
+        """Close the journals kept open (the syncs are waited for: nothing to stop)."""
+        self.kept.close()
