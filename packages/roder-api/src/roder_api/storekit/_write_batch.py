@@ -28,6 +28,10 @@ SqlConnection = Any
 EventRow = tuple[int, int, Any]
 """An event as a row: its sequence, its time and its payload in the database's type."""
 
+KnownRow = tuple[int, int, ThreadMetadata]
+"""A thread's row as last committed by this store: its last sequence, its boundary
+sequence and its metadata (what :meth:`WriteBatch.load` would read)."""
+
 
 @dataclass(slots=True)
 class ThreadRow:
@@ -46,7 +50,9 @@ class WriteBatch:
     ``sql(text)`` turns the kit's ``?`` placeholders into the dialect's; ``row_lock`` is
     appended to the row query (``" FOR UPDATE"`` or ``""``); ``insert_events`` inserts one
     thread's new event rows; ``encode_payload`` turns an event's JSON bytes into the value
-    the database stores; ``now_ms`` stamps appended events.
+    the database stores; ``now_ms`` stamps appended events. ``known``, when given, holds
+    rows as this store last committed them, vouched for by the caller (no other writer
+    has committed since): :meth:`load` takes a row from it instead of reading it.
     """
 
     def __init__(
@@ -58,6 +64,7 @@ class WriteBatch:
         insert_events: Callable[[SqlConnection, str, Sequence[EventRow]], None],
         encode_payload: Callable[[bytes], Any],
         now_ms: Callable[[], int],
+        known: dict[str, KnownRow] | None = None,
     ) -> None:
         self.conn = conn
         self._sql = sql
@@ -68,18 +75,34 @@ class WriteBatch:
         self._insert_events = insert_events
         self._encode = encode_payload
         self._now_ms = now_ms
+        self._known = known
         self.rows: dict[str, ThreadRow | None] = {}
 
     def load(self, thread_id: str) -> ThreadRow | None:
         """Return the thread's row (locked for this transaction), None when it is absent."""
         if thread_id in self.rows:
             return self.rows[thread_id]
-        found = self.conn.execute(self._row_query, (thread_id,)).fetchone()
-        row = None
-        if found is not None:
-            row = ThreadRow(int(found[0]), int(found[1]), loads(found[2]))
+        known = self._known.get(thread_id) if self._known is not None else None
+        row: ThreadRow | None
+        if known is not None:
+            row = ThreadRow(*known)
+        else:
+            found = self.conn.execute(self._row_query, (thread_id,)).fetchone()
+            row = None
+            if found is not None:
+                row = ThreadRow(int(found[0]), int(found[1]), loads(found[2]))
         self.rows[thread_id] = row
         return row
+
+    def remember(self, known: dict[str, KnownRow], limit: int) -> None:
+        """Record in ``known`` the rows this batch read or wrote, once it is committed (a
+        deleted thread is forgotten); keep at most ``limit`` rows, the newest."""
+        for thread_id, row in self.rows.items():
+            known.pop(thread_id, None)  # re-inserted last: the newest stay
+            if row is not None:
+                known[thread_id] = (row.last_sequence, row.boundary_sequence, row.metadata)
+        while len(known) > limit:
+            del known[next(iter(known))]
 
     def lock(self, thread_ids: Sequence[str]) -> None:
         """Load (and lock) the rows of ``thread_ids`` in sorted order, to avoid deadlocks."""
@@ -192,4 +215,4 @@ class WriteBatch:
             row.dirty = False
 
 
-__all__ = ["EventRow", "SqlConnection", "ThreadRow", "WriteBatch"]
+__all__ = ["EventRow", "KnownRow", "SqlConnection", "ThreadRow", "WriteBatch"]
