@@ -106,13 +106,15 @@ else:
 
 
 _INSERT_CHUNK = 64
-"""The most event rows one ``INSERT`` statement takes (4 parameters a row: 256, under
-the 999 of older SQLite builds); larger batches take several."""
+"""The most event rows one ``INSERT`` statement takes (3 parameters a row and the thread
+id: 193, under the 999 of older SQLite builds); larger batches take several."""
 
 
 def _insert_sql(count: int) -> str:
+    # The thread id is bound once (?1); each row binds its sequence, time and event.
+    rows = (f"(?1, ?{3 * i + 2}, ?{3 * i + 3}, ?{3 * i + 4})" for i in range(count))
     return "INSERT INTO roder_events (thread_id, sequence, recorded_at_ms, event) VALUES " + (
-        ", ".join(["(?, ?, ?, ?)"] * count)
+        ", ".join(rows)
     )
 
 
@@ -176,9 +178,9 @@ class SqliteThreadStore(RelationalThreadStore):
         ``_INSERT_CHUNK`` rows each: one statement step instead of one a row)."""
         for start in range(0, len(rows), _INSERT_CHUNK):
             chunk = rows[start : start + _INSERT_CHUNK]
-            params: list[object] = []
-            for sequence, at, payload in chunk:
-                params += (thread_id, sequence, at, payload)
+            params: list[object] = [thread_id]
+            for row in chunk:
+                params += row
             conn.execute(_INSERTS[len(chunk)], params)
 
     def connect(self) -> sqlite3.Connection:

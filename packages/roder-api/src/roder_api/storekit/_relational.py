@@ -220,7 +220,12 @@ class RelationalThreadStore(BlockingThreadStore):
             sql=self.sql,
             row_lock=self.row_lock,
             insert_events=self.insert_events,
-            encode_payload=self.encode_payload,
+            # The default keeps the bytes as they are: no call per event for it.
+            encode_payload=(
+                None
+                if type(self).encode_payload is RelationalThreadStore.encode_payload
+                else self.encode_payload
+            ),
             now_ms=_now_ms,
             known=known,
         )

@@ -50,9 +50,10 @@ class WriteBatch:
     ``sql(text)`` turns the kit's ``?`` placeholders into the dialect's; ``row_lock`` is
     appended to the row query (``" FOR UPDATE"`` or ``""``); ``insert_events`` inserts one
     thread's new event rows; ``encode_payload`` turns an event's JSON bytes into the value
-    the database stores; ``now_ms`` stamps appended events. ``known``, when given, holds
-    rows as this store last committed them, vouched for by the caller (no other writer
-    has committed since): :meth:`load` takes a row from it instead of reading it.
+    the database stores (None: the bytes as they are); ``now_ms`` stamps appended events.
+    ``known``, when given, holds rows as this store last committed them, vouched for by the
+    caller (no other writer has committed since): :meth:`load` takes a row from it instead
+    of reading it.
     """
 
     def __init__(
@@ -62,7 +63,7 @@ class WriteBatch:
         sql: Callable[[str], str],
         row_lock: str,
         insert_events: Callable[[SqlConnection, str, Sequence[EventRow]], None],
-        encode_payload: Callable[[bytes], Any],
+        encode_payload: Callable[[bytes], Any] | None,
         now_ms: Callable[[], int],
         known: dict[str, KnownRow] | None = None,
     ) -> None:
@@ -109,23 +110,27 @@ class WriteBatch:
         for thread_id in sorted(set(thread_ids)):
             self.load(thread_id)
 
+    def _stored(self, payload: bytes) -> Any:
+        return payload if self._encode is None else self._encode(payload)
+
     def _existing(self, thread_id: str) -> ThreadRow:
         row = self.load(thread_id)
         if row is None:
             raise ThreadNotFoundError(thread_id)
         return row
 
-    def _add(
-        self, row: ThreadRow, entries: Sequence[JournalEvent], payloads: Sequence[bytes]
-    ) -> None:
-        row.pending.extend(
-            (entry.sequence, entry.recorded_at_ms, self._encode(payload))
-            for entry, payload in zip(entries, payloads, strict=True)
-        )
+    def _add(self, row: ThreadRow, entries: Sequence[JournalEvent], rows: list[EventRow]) -> None:
+        row.pending.extend(rows)
         row.metadata = fold_metadata(row.metadata, entries)
         row.boundary_sequence = last_boundary_sequence(entries, row.boundary_sequence)
         row.last_sequence = entries[-1].sequence
         row.dirty = True
+
+    def _rows(self, first: int, at: int, payloads: Sequence[bytes]) -> list[EventRow]:
+        encode = self._encode
+        if encode is None:
+            return [(first + i, at, payload) for i, payload in enumerate(payloads)]
+        return [(first + i, at, encode(payload)) for i, payload in enumerate(payloads)]
 
     def append(
         self,
@@ -135,21 +140,37 @@ class WriteBatch:
         expected_last_sequence: int | None,
     ) -> list[JournalEvent]:
         """Append a batch after the row's last sequence (conditionally, when expected)."""
+        if len(payloads) != len(events):
+            raise ValueError(f"{len(payloads)} payloads for {len(events)} events")
         row = self._existing(thread_id)
         check_expected(thread_id, expected_last_sequence, row.last_sequence)
         now = self._now_ms()
         first = row.last_sequence + 1
         entries = [JournalEvent(first + i, now, event) for i, event in enumerate(events)]
-        self._add(row, entries, payloads)
+        self._add(row, entries, self._rows(first, now, payloads))
         return entries
 
     def import_events(
         self, thread_id: str, entries: Sequence[JournalEvent], payloads: Sequence[bytes]
     ) -> None:
         """Append journal events verbatim; ``SequenceConflictError`` unless they continue."""
+        if len(payloads) != len(entries):
+            raise ValueError(f"{len(payloads)} payloads for {len(entries)} events")
         row = self._existing(thread_id)
         check_continues(thread_id, entries, row.last_sequence)
-        self._add(row, entries, payloads)
+        encode = self._encode
+        self._add(
+            row,
+            entries,
+            [
+                (
+                    entry.sequence,
+                    entry.recorded_at_ms,
+                    payload if encode is None else encode(payload),
+                )
+                for entry, payload in zip(entries, payloads, strict=True)
+            ],
+        )
 
     def create(self, metadata: ThreadMetadata) -> ThreadMetadata:
         """Insert a thread's row; ``ThreadExistsError`` when the id is taken."""
@@ -164,7 +185,7 @@ class WriteBatch:
                 "boundary_sequence, metadata) VALUES (?, ?, 0, 0, ?) "
                 "ON CONFLICT (thread_id) DO NOTHING"
             ),
-            (thread_id, stored.updated_at_ms, self._encode(raw)),
+            (thread_id, stored.updated_at_ms, self._stored(raw)),
         ).rowcount
         if not inserted:
             raise ThreadExistsError(thread_id)
@@ -207,7 +228,7 @@ class WriteBatch:
                     row.metadata.updated_at_ms,
                     row.last_sequence,
                     row.boundary_sequence,
-                    self._encode(dumps(row.metadata)),
+                    self._stored(dumps(row.metadata)),
                     len(row.metadata.open_turns),
                     thread_id,
                 ),
