@@ -197,6 +197,8 @@ class SqliteThreadStore(RelationalThreadStore):
             isolation_level=None,
             check_same_thread=False,
             uri=uri,
+            # Room for the 64 multi-row INSERTs beside the other statements (default 128).
+            cached_statements=256,
         )
         try:
             conn.execute(f"PRAGMA synchronous = {DURABILITY_MODES[self.durability]}")
