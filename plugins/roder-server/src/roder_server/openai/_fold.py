@@ -79,6 +79,16 @@ class AppendFeed:
         """Stop listening."""
         self._forget()
 
+    def first_of(self, turn_id: str) -> int | None:
+        """Return the sequence of the first entry handed over of turn ``turn_id`` (None
+        when none was, or some may be lost: stale, or full and dropping the oldest)."""
+        if self.stale or len(self.entries) == self.entries.maxlen:
+            return None
+        for entry in self.entries:
+            if getattr(entry.event, "turn_id", None) == turn_id:
+                return entry.sequence
+        return None
+
 
 async def fold_response(
     store: ThreadStore,
