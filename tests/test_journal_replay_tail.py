@@ -123,3 +123,59 @@ async def test_an_empty_journal_then_appends(runtime: Runtime) -> None:
     await journal.append(said("a", "one"))
     history = await journal.replay_history()
     assert [*history] == [UserMessage("one")] and history.sequence == 1
+
+
+async def test_a_read_of_the_end_serves_the_replay_just_after(runtime: Runtime) -> None:
+    # A following session reads what others journaled (read_events) just before its turn
+    # replays: that one read serves both.
+    store, journal = await new_thread(runtime)
+    await journal.append(said("a", "m0", "m1"))
+    assert len(await journal.replay_history()) == 2
+    await store.append_events("t1", said("b", "elsewhere"))  # another process's append
+    store.returned.clear()
+    unread = await journal.read_events(after=2)
+    history = await journal.replay_history()
+    assert [e.sequence for e in unread] == [3]
+    assert store.returned == [2]  # one read: from the last event the replay saw
+    assert [m.text for m in history] == ["m0", "m1", "elsewhere"] and history.sequence == 3
+
+
+async def test_a_first_replay_after_a_read_from_the_start(runtime: Runtime) -> None:
+    store, journal = await new_thread(runtime)
+    await store.append_events("t1", said("a", "m0", "m1"))
+    store.returned.clear()
+    assert len(await journal.read_events(after=0)) == 2
+    history = await journal.replay_history()
+    assert store.returned == [2] and [m.text for m in history] == ["m0", "m1"]
+
+
+async def test_an_append_since_the_read_makes_the_replay_read_again(runtime: Runtime) -> None:
+    store, journal = await new_thread(runtime)
+    await journal.append(said("a", "m0"))
+    await journal.replay_history()
+    await journal.read_events(after=1)
+    await journal.append(said("a", "m1"))  # through this journal: the read is stale
+    store.returned.clear()
+    history = await journal.replay_history()
+    assert store.returned == [2] and [m.text for m in history] == ["m0", "m1"]
+
+
+async def test_a_read_serves_only_one_replay_and_only_while_fresh(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from roder_runtime.store import _journal
+
+    store, journal = await new_thread(runtime)
+    await journal.append(said("a", "m0"))
+    await journal.replay_history()
+    await journal.read_events(after=1)
+    await journal.replay_history()  # served by the read
+    store.returned.clear()
+    await journal.replay_history()  # the read was used: this one reads
+    assert store.returned == [1]
+    monkeypatch.setattr(_journal, "TAIL_FRESH_S", -1.0)
+    await journal.read_events(after=1)
+    await store.append_events("t1", said("b", "late"))  # after the read went stale
+    store.returned.clear()
+    history = await journal.replay_history()
+    assert store.returned == [2] and [m.text for m in history] == ["m0", "late"]

@@ -25,6 +25,10 @@ T = TypeVar("T")
 DEFAULT_STORE_TIMEOUT_S = 120.0
 """How long one store call may take when ``turn_timeout_s`` is not set."""
 
+TAIL_FRESH_S = 0.05
+"""How long after :meth:`ThreadJournal.read_events` read the journal's end a replay may
+use that read instead of reading again (when nothing was appended through it since)."""
+
 
 def store_label(factory: object) -> str:
     """Return what deadline errors call the store a factory opens (``thread store 'jsonl'``)."""
@@ -151,6 +155,12 @@ class ThreadJournal:
         self.store_name = store_name
         self.timeout_s = timeout_s if timeout_s is not None else DEFAULT_STORE_TIMEOUT_S
         self._replayed: tuple[list[TranscriptItem], JournalEvent] | None = None
+        # The journal's end as a read found it moments ago (when, read after, the events),
+        # for the next replay; appends through this journal (counted, and those in flight)
+        # make it stale.
+        self._tail: tuple[float, int, list[JournalEvent]] | None = None
+        self._appends = 0
+        self._appending = 0
 
     async def bounded(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Return ``await call()``; raise ``StoreError`` naming the store when it is late."""
@@ -165,21 +175,43 @@ class ThreadJournal:
         self, events: Sequence[Event], *, expected_last_sequence: int | None = None
     ) -> list[JournalEvent]:
         """Append ``events`` (conditionally with ``expected_last_sequence``)."""
-        return await bounded_append(
-            self.store,
-            self.thread_id,
-            events,
-            expected_last_sequence,
-            store_name=self.store_name,
-            timeout_s=self.timeout_s,
-            observe=self.observe,
-        )
+        self._tail = None
+        self._appending += 1
+        try:
+            # The observer is offered the batch below, after the bookkeeping.
+            entries = await bounded_append(
+                self.store,
+                self.thread_id,
+                events,
+                expected_last_sequence,
+                store_name=self.store_name,
+                timeout_s=self.timeout_s,
+                observe=None,
+            )
+        finally:
+            self._appending -= 1
+            self._appends += 1
+        if self.observe is not None:
+            self.observe(self.thread_id, entries)
+        return entries
 
     async def read_events(self, *, after: int = 0) -> list[JournalEvent]:
-        """Return the thread's events with sequence above ``after``."""
-        return await self.bounded(
-            "read", lambda: self.store.read_events(self.thread_id, after=after)
+        """Return the thread's events with sequence above ``after``.
+
+        The read also serves the next :meth:`replay_history` within :data:`TAIL_FRESH_S`
+        when nothing is appended through this journal meanwhile (a session reads what
+        others journaled just before its turn starts and replays: one read, not two). It
+        starts at the last event the replay saw when that is earlier than ``after``.
+        """
+        seen = self._replayed
+        start = after if seen is None else min(after, seen[1].sequence - 1)
+        appends = self._appends
+        entries = await self.bounded(
+            "read", lambda: self.store.read_events(self.thread_id, after=start)
         )
+        if self._appends == appends and not self._appending:
+            self._tail = (anyio.current_time(), start, entries)
+        return entries if start == after else [e for e in entries if e.sequence > after]
 
     async def replay_history(self) -> ReplayHistory:
         """Return the transcript items from the last compaction boundary on, with the
@@ -194,6 +226,13 @@ class ThreadJournal:
         # Decoding many events: the cyclic collector would only slow it down.
         with gc_paused():
             seen = self._replayed
+            read, self._tail = self._tail, None
+            if read is not None and anyio.current_time() - read[0] <= TAIL_FRESH_S:
+                _, start, tail = read  # read just now, nothing appended here since
+                if seen is None and start == 0:
+                    return self._replay_of([], tail, tail[-1] if tail else None)
+                if seen is not None and start == seen[1].sequence - 1 and tail[:1] == [seen[1]]:
+                    return self._replay_of(seen[0], tail[1:], tail[-1])
             if seen is not None:
                 items, last = seen
                 after = last.sequence - 1

@@ -353,6 +353,7 @@ class TurnDriver:
             await self._usage.release(event)
         if isinstance(event, MessageDelta):
             if event.text:
+                first = not step.text
                 self.sink.stream(
                     AssistantContentDelta(
                         self.turn_id, step.step_id, ContentPhase.FINAL_ANSWER, event.text
@@ -360,6 +361,11 @@ class TurnDriver:
                 )
                 step.text += event.text
                 self._partial = step.text
+                if first:
+                    # The answer's first text is persisted (and so delivered) before the
+                    # stream is read on: an engine that sent much at once would otherwise
+                    # keep the event loop, and the GIL, from the thread that syncs it.
+                    await self.sink.persisted()
         elif isinstance(event, ReasoningDelta):
             if event.text:
                 self.sink.stream(

@@ -152,3 +152,60 @@ async def test_a_feed_nobody_holds_is_not_kept_alive_by_the_store(tmp_path: Path
         await store.append_events("th", (await _one_turn(tmp_path / "source", 1))[:1])
     finally:
         await store.aclose()
+
+
+async def test_a_feed_says_where_a_turn_starts_or_that_it_cannot(tmp_path: Path) -> None:
+    # A response on an existing conversation folds from just before its turn's first
+    # event, as handed over to the feed when its input was journaled (no metadata read).
+    from roder_api.events import InputAccepted, TurnStarted
+    from roder_server.openai._routes import _first_of
+
+    store = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
+    try:
+        await store.create_thread(_thread())
+        await store.append_events("th", [InputAccepted(f"old{i}", "x") for i in range(300)])
+        feed = AppendFeed(store, "th")
+        await store.append_events("th", [InputAccepted("other", "y")])
+        await store.append_events("th", [TurnStarted("mine"), TurnStarted("other")])
+        assert feed.first_of("mine") == 302 and feed.first_of("other") == 301
+        assert feed.first_of("nobody") is None
+        # Read back from the journal's end when the feed cannot say (pages of 256).
+        assert await _first_of(store, "th", "mine") == 302
+        assert await _first_of(store, "th", "old10") == 11
+        feed.take([])  # an append whose entries were not said: stale
+        assert feed.first_of("mine") is None
+        feed.close()
+    finally:
+        await store.aclose()
+
+
+async def test_the_entries_at_hand_are_folded_as_one_batch(tmp_path: Path) -> None:
+    # A stream writes each batch at once: the events before the first delta (created, in
+    # progress, the item and part added, the delta) go out together, not a send each.
+    from roder_server.openai._fold import fold_batches
+
+    events = await _one_turn(tmp_path / "source", 10)
+    store = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
+    try:
+        feed = AppendFeed(store, "th")
+        await store.create_thread(_thread())
+        for event in events[:4]:  # handed over one append at a time, before the fold runs
+            await store.append_events("th", [event])
+        projection = ResponseProjection("th", "turn_one", "scripted/scripted-1")
+        batches: list[list[dict[str, Any]]] = []
+
+        async def collect() -> None:
+            async for batch in fold_batches(store, projection, follow=True, feed=feed):
+                batches.append(batch)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            with anyio.fail_after(30):
+                await store.append_events("th", events[4:])
+        first = [event["type"] for event in batches[0]]
+        assert first[:2] == ["response.created", "response.in_progress"]
+        assert "response.output_text.delta" in first  # four appends' events in one batch
+        flat = [event for batch in batches for event in batch]
+        assert flat == _expected(await store.read_events("th"))
+    finally:
+        await store.aclose()

@@ -3,7 +3,7 @@
 A response's request parameters live in its thread's ``extra``. A new conversation's
 thread is created with them (its journal's first line), not created and then given them
 with a metadata write of its own; a response on an existing conversation writes them
-once, while its run is submitted.
+once, after its input is accepted (while the engine is called).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import openai
 import orjson
 import pytest
 from serve_support import Server, sdk
@@ -112,3 +113,23 @@ def test_parameters_kept_as_objects_by_older_threads_are_still_read(
     client.responses.delete(response.id)
     with pytest.raises(Exception, match="no response"):
         client.responses.retrieve(response.id)
+
+
+def test_an_existing_conversations_parameters_are_written_after_its_input(
+    serve: Callable[..., Server], tmp_path: Path
+) -> None:
+    # The metadata write comes once the input is accepted (while the engine is called),
+    # not while the turn starts; a run refused (413) writes none.
+    server = serve(top="max_input_bytes = 100\n")
+    client = sdk(server)
+    thread_id = client.conversations.create().id
+    response = client.responses.create(model=MODEL, input="hello", conversation=thread_id)
+    assert response.output_text == "You said: hello"
+    kinds = [r["k"] for r in records(tmp_path, thread_id)]
+    assert kinds.count("meta") == 1
+    assert kinds.index("events") < kinds.index("meta")  # the turn's start came first
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.responses.create(model=MODEL, input="x" * 200, conversation=thread_id)
+    assert refused.value.status_code == 413
+    assert [r["k"] for r in records(tmp_path, thread_id)].count("meta") == 1
+    assert client.responses.retrieve(response.id).output_text == "You said: hello"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from functools import partial
 from typing import Any
 
 import anyio
@@ -43,7 +42,7 @@ from roder_server.openai._convert import (
     parse_input,
     split_model,
 )
-from roder_server.openai._fold import AppendFeed, fold_response
+from roder_server.openai._fold import AppendFeed, fold_batches, fold_response
 from roder_server.openai._http import (
     conversation_id,
     items_of,
@@ -147,12 +146,19 @@ def _projection(thread_id: str, turn_id: str, params: Mapping[str, Any]) -> Resp
     )
 
 
-def _sse(events: AsyncIterator[dict[str, Any]], starting_after: int) -> StreamingResponse:
+def _sse(batches: AsyncIterator[list[dict[str, Any]]], starting_after: int) -> StreamingResponse:
+    """Stream the events after ``starting_after``: each batch the fold had at hand in
+    one write (the events before a first delta go out with it, not one send each)."""
+
     async def body() -> AsyncIterator[bytes]:
-        async for event in events:
-            if event["sequence_number"] > starting_after:
-                data = orjson.dumps(event)
-                yield b"event: %s\ndata: %s\n\n" % (event["type"].encode(), data)
+        async for batch in batches:
+            chunk = b"".join(
+                b"event: %s\ndata: %s\n\n" % (event["type"].encode(), orjson.dumps(event))
+                for event in batch
+                if event["sequence_number"] > starting_after
+            )
+            if chunk:
+                yield chunk
 
     return StreamingResponse(
         body(),
@@ -219,69 +225,55 @@ async def _start(
     create: bool,
     params: Mapping[str, Any],
     submit: Callable[[str, str], Awaitable[object]],
+    feed: AppendFeed,
 ) -> tuple[str, dict[str, Any]]:
     """Keep a new response's parameters and submit its run (on a new thread ``thread_id``
     when ``create``); return ``(turn id, entry)`` once both are durable.
 
-    A new conversation is created with the parameters in its ``extra`` (one write); on an
-    existing thread the parameters (with ``journal_after``: the thread's last sequence
-    before the turn) are written while the run is submitted, not before it, so the two
-    durable writes overlap instead of following each other (and the per-thread lock of
-    the parameters' read-modify-write is not held while the run is submitted; its read is
-    the one that finds ``journal_after``). Nothing is
-    streamed before both are done; the input is accepted (journaled) before this returns.
+    A new conversation is created with the parameters in its ``extra`` (one write). On an
+    existing thread the run is submitted first (404 for an unknown conversation):
+    ``journal_after``, where the response's stream folds from, is the sequence before its
+    turn's first event, which ``feed`` (listening since before the submit) was handed
+    when the input was journaled here. The parameters are then written while the engine
+    is called, not while the turn starts (a write of the thread's metadata then would
+    stand in the way of the turn's reads of the journal), and not at all for a run
+    refused (a 413, a 429). Nothing is streamed before both are durable.
     """
+    turn_id = _new_turn_id(thread_id)
     if create:
-        turn_id = _new_turn_id(thread_id)
         entry = {**params, "journal_after": 0}
         extra = _with_entry(None, turn_id, entry)
         await tenant.runtime.create_thread(thread_id, extra=extra)
         await submit(thread_id, turn_id)
         return turn_id, entry
-    turn_id = _new_turn_id(thread_id)
-    # One metadata read (404 for an unknown conversation) is both the read of the
-    # parameters' read-modify-write and ``journal_after``: every event of the turn comes
-    # after the thread's last sequence before the run is submitted, where the response's
-    # stream folds from. The lock is held from the read to the write (not the submit).
-    lock = _LOCKS[hash(thread_id) % len(_LOCKS)]
-    await lock.acquire()
-    try:
-        metadata = await store.get_thread(thread_id)
-    except BaseException:
-        lock.release()
-        raise
-    entry = {**params, "journal_after": metadata.last_sequence}
-
-    async def remember() -> None:
-        try:
-            extra = _with_entry(metadata, turn_id, entry)
-            await store.update_thread(thread_id, extra=extra)
-        finally:
-            lock.release()
-
-    failures = await _together(remember, partial(submit, thread_id, turn_id))
-    for failure in failures:  # the run's own error (a 413, a 429) first
-        if failure is not None:
-            raise failure
-    return turn_id, entry
+    await submit(thread_id, turn_id)
+    first = feed.first_of(turn_id)
+    if first is None:  # not handed over (an overflow): find it in the journal
+        first = await _first_of(store, thread_id, turn_id)
+    entry = {**params, "journal_after": first - 1}
+    return turn_id, await _remember(store, thread_id, turn_id, entry)
 
 
-async def _together(
-    first: Callable[[], Awaitable[object]], second: Callable[[], Awaitable[object]]
-) -> tuple[Exception | None, Exception | None]:
-    """Run both calls at once; return what each raised (``second``'s first)."""
-    failed: list[Exception | None] = [None, None]
-
-    async def run(index: int, call: Callable[[], Awaitable[object]]) -> None:
-        try:
-            await call()
-        except Exception as exc:  # noqa: BLE001 - raised by the caller, unwrapped
-            failed[index] = exc
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run, 1, first)
-        await run(0, second)
-    return failed[0], failed[1]
+async def _first_of(store: ThreadStore, thread_id: str, turn_id: str) -> int:
+    """Return the sequence of turn ``turn_id``'s first event (its input, just journaled:
+    the journal is paged back from its end)."""
+    first: int | None = None
+    before: int | None = None
+    while True:
+        page = await store.event_page(thread_id, before=before, limit=256)
+        mine = [e.sequence for e in page.events if getattr(e.event, "turn_id", None) == turn_id]
+        if mine:
+            first = mine[0]
+            if first > page.events[0].sequence:
+                return first  # an earlier event of the page is not the turn's
+        elif first is not None:
+            return first  # the page before the turn's first
+        if page.next_before is None:
+            break
+        before = page.next_before
+    if first is None:
+        raise RuntimeError(f"the input of {turn_id!r} is not in thread {thread_id!r}")
+    return first
 
 
 def _new_turn_id(thread_id: str) -> str:
@@ -365,7 +357,7 @@ async def create_response(request: Request) -> Response:
     feed = AppendFeed(store, thread_id)
     try:
         with anyio.CancelScope(shield=True):  # a client that leaves does not cancel the run
-            turn_id, entry = await _start(tenant, store, thread_id, create, params, submit)
+            turn_id, entry = await _start(tenant, store, thread_id, create, params, submit, feed)
     except BaseException:
         feed.close()
         raise
@@ -387,7 +379,7 @@ async def _answer(
     # Its session is here (it was just submitted here): the appends are handed over.
     here = tenant.dispatcher.local_session(thread_id) is not None
     if body.get("stream"):
-        return _sse(fold_response(store, projection, follow=True, runs_here=here, feed=feed), -1)
+        return _sse(fold_batches(store, projection, follow=True, runs_here=here, feed=feed), -1)
     follow = not body.get("background")
     async for _ in fold_response(store, projection, follow=follow, runs_here=here, feed=feed):
         pass
@@ -419,7 +411,7 @@ async def get_response(request: Request) -> Response:
             starting_after = int(text)
         except ValueError:
             raise bad_request("'starting_after' must be an integer", "starting_after") from None
-        return _sse(fold_response(store, projection, follow=True), starting_after)
+        return _sse(fold_batches(store, projection, follow=True), starting_after)
     async for _ in fold_response(store, projection, follow=False):
         pass
     return json_response(projection.response())
