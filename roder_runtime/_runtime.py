@@ -35,10 +35,8 @@ from roder_runtime.model._ids import new_id
 from roder_runtime.session._ops import SessionStart, UserInput
 from roder_runtime.store._guards import configured_store_factory, open_store
 from roder_runtime.store._journal import (
-    DEFAULT_STORE_TIMEOUT_S,
     ReplayHistory,
     ThreadJournal,
-    bounded_append,
     bounded_call,
     store_label,
 )
@@ -82,7 +80,6 @@ class Runtime:
         self._owns_registry = owns_registry
         self._store: ThreadStore | None = None
         self._store_lock = anyio.Lock()
-        self._store_label: str | None = None
         self._closed = False
         self._sessions: set[Session] = set()
         self.observers = ObserverHub(registry.observers) if registry.observers else None
@@ -153,23 +150,21 @@ class Runtime:
         return ThreadJournal(
             store,
             validate_thread_id(thread_id),
-            store_name=self._store_name(),
+            store_name=self._store_name,
             timeout_s=self.config.turn_timeout_s,
             observe=self.observers.offer if self.observers is not None else None,
         )
 
-    def _store_name(self) -> str:
-        if self._store_label is None:  # the registry and the configuration are fixed
-            self._store_label = store_label(self.thread_store_factory())
-        return self._store_label
+    @functools.cached_property
+    def _store_name(self) -> str:  # the registry and the configuration are fixed
+        return store_label(self.thread_store_factory())
 
     async def _bounded(self, what: str, call: Callable[[ThreadStore], Awaitable[T]]) -> T:
         """Return ``await call(store)`` within the deadline of :meth:`journal`."""
         store = await self.store()
-        limit = self.config.turn_timeout_s
-        timeout_s = limit if limit is not None else DEFAULT_STORE_TIMEOUT_S
+        timeout_s = self.config.turn_timeout_s  # None: the default
         return await bounded_call(
-            what, lambda: call(store), store_name=self._store_name(), timeout_s=timeout_s
+            what, lambda: call(store), store_name=self._store_name, timeout_s=timeout_s
         )
 
     # --- threads -----------------------------------------------------------------------------
@@ -222,20 +217,8 @@ class Runtime:
         otherwise ``SequenceConflictError`` and nothing is written. The session does not
         answer an event appended this way (``Session.submit`` is the way to start a turn).
         """
-        # What journal().append does, without making a ThreadJournal per call.
-        store = self._store
-        if store is None or self._closed:
-            store = await self.store()
-        limit = self.config.turn_timeout_s
-        return await bounded_append(
-            store,
-            validate_thread_id(thread_id),
-            events,
-            expected_last_sequence,
-            store_name=self._store_name(),
-            timeout_s=limit if limit is not None else DEFAULT_STORE_TIMEOUT_S,
-            observe=self.observers.offer if self.observers is not None else None,
-        )
+        journal = await self.journal(thread_id)
+        return await journal.append(events, expected_last_sequence=expected_last_sequence)
 
     async def persist_turn_item(
         self, thread_id: str, turn_id: str, item: TranscriptItem

@@ -36,14 +36,17 @@ def store_label(factory: object) -> str:
 
 
 async def bounded_call(
-    what: str, call: Callable[[], Awaitable[T]], *, store_name: str, timeout_s: float
+    what: str, call: Callable[[], Awaitable[T]], *, store_name: str, timeout_s: float | None
 ) -> T:
     """Return ``await call()``; raise ``StoreError`` naming the store when it is late.
 
     The one deadline of the runtime's store calls (``turn_timeout_s``, else
     :data:`DEFAULT_STORE_TIMEOUT_S`): ``what`` says which call did not answer. The store
     call is cancelled (a blocking driver call in a worker thread ends when it returns).
+    ``timeout_s`` None is the default.
     """
+    if timeout_s is None:
+        timeout_s = DEFAULT_STORE_TIMEOUT_S
     with anyio.move_on_after(timeout_s) as scope:
         return await call()
     assert scope.cancelled_caught
@@ -60,14 +63,17 @@ async def bounded_append(
     expected_last_sequence: int | None,
     *,
     store_name: str,
-    timeout_s: float,
+    timeout_s: float | None,
     observe: Callable[[str, Sequence[JournalEvent]], None] | None,
 ) -> list[JournalEvent]:
     """Return ``store.append_events(...)`` within ``timeout_s``; offer the batch to ``observe``.
 
     :func:`bounded_call` for the append, the runtime's most frequent store call, without
     its two extra coroutines and with the message made only when the store is late.
+    ``timeout_s`` None is the default.
     """
+    if timeout_s is None:
+        timeout_s = DEFAULT_STORE_TIMEOUT_S
     with anyio.move_on_after(timeout_s) as scope:
         if expected_last_sequence is None:
             entries = await store.append_events(thread_id, events)
