@@ -177,3 +177,35 @@ async def test_a_feed_says_where_a_turn_starts_or_that_it_cannot(tmp_path: Path)
         feed.close()
     finally:
         await store.aclose()
+
+
+async def test_the_entries_at_hand_are_folded_as_one_batch(tmp_path: Path) -> None:
+    # A stream writes each batch at once: the events before the first delta (created, in
+    # progress, the item and part added, the delta) go out together, not a send each.
+    from roder_server.openai._fold import fold_batches
+
+    events = await _one_turn(tmp_path / "source", 10)
+    store = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
+    try:
+        feed = AppendFeed(store, "th")
+        await store.create_thread(_thread())
+        for event in events[:4]:  # handed over one append at a time, before the fold runs
+            await store.append_events("th", [event])
+        projection = ResponseProjection("th", "turn_one", "scripted/scripted-1")
+        batches: list[list[dict[str, Any]]] = []
+
+        async def collect() -> None:
+            async for batch in fold_batches(store, projection, follow=True, feed=feed):
+                batches.append(batch)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            with anyio.fail_after(30):
+                await store.append_events("th", events[4:])
+        first = [event["type"] for event in batches[0]]
+        assert first[:2] == ["response.created", "response.in_progress"]
+        assert "response.output_text.delta" in first  # four appends' events in one batch
+        flat = [event for batch in batches for event in batch]
+        assert flat == _expected(await store.read_events("th"))
+    finally:
+        await store.aclose()

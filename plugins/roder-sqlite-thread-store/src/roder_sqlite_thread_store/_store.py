@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
 from urllib.parse import quote
@@ -20,6 +20,7 @@ from urllib.parse import quote
 from roder_api.errors import StoreError
 from roder_api.storekit import (
     OPEN_TURNS_DDL,
+    EventRow,
     FileLeases,
     RelationalThreadStore,
     backfill_open_turns,
@@ -104,6 +105,23 @@ else:
     )
 
 
+_INSERT_CHUNK = 64
+"""The most event rows one ``INSERT`` statement takes (3 parameters a row and the thread
+id: 193, under the 999 of older SQLite builds); larger batches take several."""
+
+
+def _insert_sql(count: int) -> str:
+    # The thread id is bound once (?1); each row binds its sequence, time and event.
+    rows = (f"(?1, ?{3 * i + 2}, ?{3 * i + 3}, ?{3 * i + 4})" for i in range(count))
+    return "INSERT INTO roder_events (thread_id, sequence, recorded_at_ms, event) VALUES " + (
+        ", ".join(rows)
+    )
+
+
+_INSERTS = [""] + [_insert_sql(count) for count in range(1, _INSERT_CHUNK + 1)]
+"""``_INSERTS[n]``: the statement inserting ``n`` event rows."""
+
+
 class SqliteThreadStore(RelationalThreadStore):
     """A thread store in one SQLite file: a ``roder_threads`` row per thread (its metadata,
     folded on every append) and a ``roder_events`` row per journal event.
@@ -117,6 +135,7 @@ class SqliteThreadStore(RelationalThreadStore):
 
     store_name = "SQLite thread store"
     joined_events_sql = _JOINED_EVENTS
+    keeps_rows = True
 
     def __init__(
         self,
@@ -146,6 +165,24 @@ class SqliteThreadStore(RelationalThreadStore):
             return StoreError(f"SQLite thread store {self.path}: {exc}")
         return None
 
+    def changes_version(self, conn: sqlite3.Connection) -> int:
+        """Return ``PRAGMA data_version``: it changes when another connection (this process
+        or another) has committed, never for this connection's own commits. Read inside
+        ``BEGIN IMMEDIATE``, it is the newest: no other writer can commit meanwhile."""
+        return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def insert_events(
+        self, conn: sqlite3.Connection, thread_id: str, rows: Sequence[EventRow]
+    ) -> None:
+        """Insert a thread's new event rows with multi-row ``INSERT`` statements (up to
+        ``_INSERT_CHUNK`` rows each: one statement step instead of one a row)."""
+        for start in range(0, len(rows), _INSERT_CHUNK):
+            chunk = rows[start : start + _INSERT_CHUNK]
+            params: list[object] = [thread_id]
+            for row in chunk:
+                params += row
+            conn.execute(_INSERTS[len(chunk)], params)
+
     def connect(self) -> sqlite3.Connection:
         """Return a new connection to the file (read-only ones with ``mode=ro``)."""
         if self.read_only:
@@ -160,6 +197,8 @@ class SqliteThreadStore(RelationalThreadStore):
             isolation_level=None,
             check_same_thread=False,
             uri=uri,
+            # Room for the 64 multi-row INSERTs beside the other statements (default 128).
+            cached_statements=256,
         )
         try:
             conn.execute(f"PRAGMA synchronous = {DURABILITY_MODES[self.durability]}")

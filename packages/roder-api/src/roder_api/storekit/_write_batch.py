@@ -28,6 +28,10 @@ SqlConnection = Any
 EventRow = tuple[int, int, Any]
 """An event as a row: its sequence, its time and its payload in the database's type."""
 
+KnownRow = tuple[int, int, ThreadMetadata]
+"""A thread's row as last committed by this store: its last sequence, its boundary
+sequence and its metadata (what :meth:`WriteBatch.load` would read)."""
+
 
 @dataclass(slots=True)
 class ThreadRow:
@@ -46,7 +50,10 @@ class WriteBatch:
     ``sql(text)`` turns the kit's ``?`` placeholders into the dialect's; ``row_lock`` is
     appended to the row query (``" FOR UPDATE"`` or ``""``); ``insert_events`` inserts one
     thread's new event rows; ``encode_payload`` turns an event's JSON bytes into the value
-    the database stores; ``now_ms`` stamps appended events.
+    the database stores (None: the bytes as they are); ``now_ms`` stamps appended events.
+    ``known``, when given, holds rows as this store last committed them, vouched for by the
+    caller (no other writer has committed since): :meth:`load` takes a row from it instead
+    of reading it.
     """
 
     def __init__(
@@ -56,8 +63,9 @@ class WriteBatch:
         sql: Callable[[str], str],
         row_lock: str,
         insert_events: Callable[[SqlConnection, str, Sequence[EventRow]], None],
-        encode_payload: Callable[[bytes], Any],
+        encode_payload: Callable[[bytes], Any] | None,
         now_ms: Callable[[], int],
+        known: dict[str, KnownRow] | None = None,
     ) -> None:
         self.conn = conn
         self._sql = sql
@@ -68,23 +76,42 @@ class WriteBatch:
         self._insert_events = insert_events
         self._encode = encode_payload
         self._now_ms = now_ms
+        self._known = known
         self.rows: dict[str, ThreadRow | None] = {}
 
     def load(self, thread_id: str) -> ThreadRow | None:
         """Return the thread's row (locked for this transaction), None when it is absent."""
         if thread_id in self.rows:
             return self.rows[thread_id]
-        found = self.conn.execute(self._row_query, (thread_id,)).fetchone()
-        row = None
-        if found is not None:
-            row = ThreadRow(int(found[0]), int(found[1]), loads(found[2]))
+        known = self._known.get(thread_id) if self._known is not None else None
+        row: ThreadRow | None
+        if known is not None:
+            row = ThreadRow(*known)
+        else:
+            found = self.conn.execute(self._row_query, (thread_id,)).fetchone()
+            row = None
+            if found is not None:
+                row = ThreadRow(int(found[0]), int(found[1]), loads(found[2]))
         self.rows[thread_id] = row
         return row
+
+    def remember(self, known: dict[str, KnownRow], limit: int) -> None:
+        """Record in ``known`` the rows this batch read or wrote, once it is committed (a
+        deleted thread is forgotten); keep at most ``limit`` rows, the newest."""
+        for thread_id, row in self.rows.items():
+            known.pop(thread_id, None)  # re-inserted last: the newest stay
+            if row is not None:
+                known[thread_id] = (row.last_sequence, row.boundary_sequence, row.metadata)
+        while len(known) > limit:
+            del known[next(iter(known))]
 
     def lock(self, thread_ids: Sequence[str]) -> None:
         """Load (and lock) the rows of ``thread_ids`` in sorted order, to avoid deadlocks."""
         for thread_id in sorted(set(thread_ids)):
             self.load(thread_id)
+
+    def _stored(self, payload: bytes) -> Any:
+        return payload if self._encode is None else self._encode(payload)
 
     def _existing(self, thread_id: str) -> ThreadRow:
         row = self.load(thread_id)
@@ -92,17 +119,18 @@ class WriteBatch:
             raise ThreadNotFoundError(thread_id)
         return row
 
-    def _add(
-        self, row: ThreadRow, entries: Sequence[JournalEvent], payloads: Sequence[bytes]
-    ) -> None:
-        row.pending.extend(
-            (entry.sequence, entry.recorded_at_ms, self._encode(payload))
-            for entry, payload in zip(entries, payloads, strict=True)
-        )
+    def _add(self, row: ThreadRow, entries: Sequence[JournalEvent], rows: list[EventRow]) -> None:
+        row.pending.extend(rows)
         row.metadata = fold_metadata(row.metadata, entries)
         row.boundary_sequence = last_boundary_sequence(entries, row.boundary_sequence)
         row.last_sequence = entries[-1].sequence
         row.dirty = True
+
+    def _rows(self, first: int, at: int, payloads: Sequence[bytes]) -> list[EventRow]:
+        encode = self._encode
+        if encode is None:
+            return [(first + i, at, payload) for i, payload in enumerate(payloads)]
+        return [(first + i, at, encode(payload)) for i, payload in enumerate(payloads)]
 
     def append(
         self,
@@ -112,21 +140,37 @@ class WriteBatch:
         expected_last_sequence: int | None,
     ) -> list[JournalEvent]:
         """Append a batch after the row's last sequence (conditionally, when expected)."""
+        if len(payloads) != len(events):
+            raise ValueError(f"{len(payloads)} payloads for {len(events)} events")
         row = self._existing(thread_id)
         check_expected(thread_id, expected_last_sequence, row.last_sequence)
         now = self._now_ms()
         first = row.last_sequence + 1
         entries = [JournalEvent(first + i, now, event) for i, event in enumerate(events)]
-        self._add(row, entries, payloads)
+        self._add(row, entries, self._rows(first, now, payloads))
         return entries
 
     def import_events(
         self, thread_id: str, entries: Sequence[JournalEvent], payloads: Sequence[bytes]
     ) -> None:
         """Append journal events verbatim; ``SequenceConflictError`` unless they continue."""
+        if len(payloads) != len(entries):
+            raise ValueError(f"{len(payloads)} payloads for {len(entries)} events")
         row = self._existing(thread_id)
         check_continues(thread_id, entries, row.last_sequence)
-        self._add(row, entries, payloads)
+        encode = self._encode
+        self._add(
+            row,
+            entries,
+            [
+                (
+                    entry.sequence,
+                    entry.recorded_at_ms,
+                    payload if encode is None else encode(payload),
+                )
+                for entry, payload in zip(entries, payloads, strict=True)
+            ],
+        )
 
     def create(self, metadata: ThreadMetadata) -> ThreadMetadata:
         """Insert a thread's row; ``ThreadExistsError`` when the id is taken."""
@@ -141,7 +185,7 @@ class WriteBatch:
                 "boundary_sequence, metadata) VALUES (?, ?, 0, 0, ?) "
                 "ON CONFLICT (thread_id) DO NOTHING"
             ),
-            (thread_id, stored.updated_at_ms, self._encode(raw)),
+            (thread_id, stored.updated_at_ms, self._stored(raw)),
         ).rowcount
         if not inserted:
             raise ThreadExistsError(thread_id)
@@ -184,7 +228,7 @@ class WriteBatch:
                     row.metadata.updated_at_ms,
                     row.last_sequence,
                     row.boundary_sequence,
-                    self._encode(dumps(row.metadata)),
+                    self._stored(dumps(row.metadata)),
                     len(row.metadata.open_turns),
                     thread_id,
                 ),
@@ -192,4 +236,4 @@ class WriteBatch:
             row.dirty = False
 
 
-__all__ = ["EventRow", "SqlConnection", "ThreadRow", "WriteBatch"]
+__all__ = ["EventRow", "KnownRow", "SqlConnection", "ThreadRow", "WriteBatch"]

@@ -98,8 +98,27 @@ async def fold_response(
     runs_here: bool = False,
     feed: AppendFeed | None = None,
 ) -> AsyncIterator[dict[str, Any]]:
-    """Yield the stream events of a response from the journal; with ``follow``, wait for
-    more (handed over in memory when appended here) until the turn ends.
+    """Yield the stream events of a response from the journal, one at a time (what
+    :func:`fold_batches` yields, flattened)."""
+    async for batch in fold_batches(
+        store, projection, follow=follow, runs_here=runs_here, feed=feed
+    ):
+        for event in batch:
+            yield event
+
+
+async def fold_batches(
+    store: ThreadStore,
+    projection: ResponseProjection,
+    *,
+    follow: bool,
+    runs_here: bool = False,
+    feed: AppendFeed | None = None,
+) -> AsyncIterator[list[dict[str, Any]]]:
+    """Yield the stream events of a response from the journal, in batches: the events of
+    every entry at hand (a read, or what was handed over) together, so that a stream
+    writes them at once; with ``follow``, wait for more (handed over in memory when
+    appended here) until the turn ends.
 
     ``runs_here``: the response's turn runs in this process (its session is here), so its
     first appends are handed over too: the fold waits for them (up to :data:`LOCAL_S`)
@@ -111,8 +130,8 @@ async def fold_response(
     if not follow:
         if feed is not None:
             feed.close()
-        async for event in _read_to_end(store, projection):
-            yield event
+        async for whole in _read_to_end(store, projection):
+            yield whole
         return
     read = feed is None
     if feed is None:
@@ -124,6 +143,7 @@ async def fold_response(
     try:
         after = projection.last_journal_sequence
         while not projection.done:
+            batch: list[dict[str, Any]] = []
             if read or handed.stale:
                 handed.entries.clear()  # the read covers all of it (cleared before it)
                 handed.stale = False
@@ -132,9 +152,10 @@ async def fold_response(
                     if entry.sequence != after + 1:
                         break  # read again from the last sequence folded
                     after = entry.sequence
-                    for event in projection.feed(entry):
-                        yield event
+                    batch += projection.feed(entry)
                 read = len(entries) >= PAGE
+                if batch:
+                    yield batch
                 continue
             while handed.entries and not handed.stale and not projection.done:
                 entry = handed.entries.popleft()
@@ -144,8 +165,9 @@ async def fold_response(
                     read = True  # a gap (another process's append, an overflow): read it
                     break
                 after = entry.sequence
-                for event in projection.feed(entry):
-                    yield event
+                batch += projection.feed(entry)
+            if batch:
+                yield batch
             if read or handed.stale or handed.entries or projection.done:
                 continue
             handed.wake = anyio.Event()
@@ -163,15 +185,17 @@ async def fold_response(
 
 async def _read_to_end(
     store: ThreadStore, projection: ResponseProjection
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncIterator[list[dict[str, Any]]]:
     after = projection.last_journal_sequence
     while not projection.done:
         entries = await store.read_events(projection.thread_id, after=after, limit=PAGE)
+        batch = []
         for entry in entries:
             if entry.sequence != after + 1:
                 break
             after = entry.sequence
-            for event in projection.feed(entry):
-                yield event
+            batch += projection.feed(entry)
+        if batch:
+            yield batch
         if len(entries) < PAGE:
             return

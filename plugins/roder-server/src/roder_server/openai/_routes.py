@@ -42,7 +42,7 @@ from roder_server.openai._convert import (
     parse_input,
     split_model,
 )
-from roder_server.openai._fold import AppendFeed, fold_response
+from roder_server.openai._fold import AppendFeed, fold_batches, fold_response
 from roder_server.openai._http import (
     conversation_id,
     items_of,
@@ -146,12 +146,19 @@ def _projection(thread_id: str, turn_id: str, params: Mapping[str, Any]) -> Resp
     )
 
 
-def _sse(events: AsyncIterator[dict[str, Any]], starting_after: int) -> StreamingResponse:
+def _sse(batches: AsyncIterator[list[dict[str, Any]]], starting_after: int) -> StreamingResponse:
+    """Stream the events after ``starting_after``: each batch the fold had at hand in
+    one write (the events before a first delta go out with it, not one send each)."""
+
     async def body() -> AsyncIterator[bytes]:
-        async for event in events:
-            if event["sequence_number"] > starting_after:
-                data = orjson.dumps(event)
-                yield b"event: %s\ndata: %s\n\n" % (event["type"].encode(), data)
+        async for batch in batches:
+            chunk = b"".join(
+                b"event: %s\ndata: %s\n\n" % (event["type"].encode(), orjson.dumps(event))
+                for event in batch
+                if event["sequence_number"] > starting_after
+            )
+            if chunk:
+                yield chunk
 
     return StreamingResponse(
         body(),
@@ -372,7 +379,7 @@ async def _answer(
     # Its session is here (it was just submitted here): the appends are handed over.
     here = tenant.dispatcher.local_session(thread_id) is not None
     if body.get("stream"):
-        return _sse(fold_response(store, projection, follow=True, runs_here=here, feed=feed), -1)
+        return _sse(fold_batches(store, projection, follow=True, runs_here=here, feed=feed), -1)
     follow = not body.get("background")
     async for _ in fold_response(store, projection, follow=follow, runs_here=here, feed=feed):
         pass
@@ -404,7 +411,7 @@ async def get_response(request: Request) -> Response:
             starting_after = int(text)
         except ValueError:
             raise bad_request("'starting_after' must be an integer", "starting_after") from None
-        return _sse(fold_response(store, projection, follow=True), starting_after)
+        return _sse(fold_batches(store, projection, follow=True), starting_after)
     async for _ in fold_response(store, projection, follow=False):
         pass
     return json_response(projection.response())
