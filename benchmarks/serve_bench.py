@@ -139,19 +139,25 @@ def measure_persist(quick: bool) -> dict[str, Any]:
             Path(directory) / "slow", "jsonl", delta_delay_ms=20, max_streams=streams + 50
         )
         with slow:
-            before = cpu_s(slow.pid)
+            before, client_before = cpu_s(slow.pid), time.process_time()
             lags = persist_to_client(slow.url, streams)
             result["server_cpu_s"] = cpu_s(slow.pid) - before
+            result["client_cpu_s"] = time.process_time() - client_before
+    result["events"] = len(lags)
+    result["server_cpu_us_per_event"] = result["server_cpu_s"] / len(lags) * 1e6
     result["persist_to_client_p50_ms"] = _percentile(lags, 0.5)
     result["persist_to_client_p99_ms"] = _percentile(lags, 0.99)
-    local = in_process_persist_to_deliver(streams)
+    cpu: list[float] = []
+    local = in_process_persist_to_deliver(streams, cpu)
     result["in_process_p50_ms"] = _percentile(local, 0.5)
     result["in_process_p99_ms"] = _percentile(local, 0.99)
+    result["in_process_cpu_us_per_event"] = cpu[0] / len(local) * 1e6
     return result
 
 
-def in_process_persist_to_deliver(streams: int) -> list[float]:
-    """Return the persist-to-deliver ms of every event of ``streams`` sessions in process."""
+def in_process_persist_to_deliver(streams: int, cpu: list[float] | None = None) -> list[float]:
+    """Return the persist-to-deliver ms of every event of ``streams`` sessions in process
+    (``cpu``: appended the process's CPU seconds for them, imports left out)."""
     import anyio
 
     from roder_api import ExtensionRegistryBuilder
@@ -184,7 +190,10 @@ def in_process_persist_to_deliver(streams: int) -> list[float]:
                     tg.start_soon(one, i)
 
     with tempfile.TemporaryDirectory() as directory:
+        before = time.process_time()
         anyio.run(main, Path(directory))
+        if cpu is not None:
+            cpu.append(time.process_time() - before)
     return lags
 
 
@@ -238,7 +247,11 @@ def measure(quick: bool, langgraph: str | None = None) -> dict[str, Any]:
             result["idle_streams_rss_mib"] = idle_streams_rss_mib(fast, idle)
         slow = ServeProcess(home / "slow", "jsonl", delta_delay_ms=20, max_streams=streams + 50)
         with slow:
+            before, client_before = cpu_s(slow.pid), time.process_time()
             lags = persist_to_client(slow.url, streams)
+            server_cpu_s = cpu_s(slow.pid) - before
+            result["client_cpu_s"] = time.process_time() - client_before
+        result["server_cpu_us_per_event"] = server_cpu_s / len(lags) * 1e6
         result["concurrent_streams"] = streams
         result["persist_to_client_p50_ms"] = _percentile(lags, 0.5)
         result["persist_to_client_p99_ms"] = _percentile(lags, 0.99)
@@ -338,6 +351,13 @@ def print_table(result: dict[str, Any]) -> None:
             "",
         ),
         (
+            "(info) server CPU per streamed event / client CPU, same runs",
+            f"{result['server_cpu_us_per_event']:.0f} us / {result['client_cpu_s']:.2f} s",
+            "",
+            "",
+            "",
+        ),
+        (
             f"RSS, {result['idle_streams']} idle streams",
             f"{result['idle_streams_rss_mib']:.0f} MiB",
             "",
@@ -386,7 +406,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{result['persist_to_client_p50_ms']:.1f} / "
             f"{result['persist_to_client_p99_ms']:.1f} ms; in process "
             f"{result['in_process_p50_ms']:.1f} / {result['in_process_p99_ms']:.1f} ms; "
-            f"server CPU {result['server_cpu_s']:.2f} s; load {os.getloadavg()[0]:.1f}"
+            f"server CPU {result['server_cpu_s']:.2f} s "
+            f"({result['server_cpu_us_per_event']:.0f} us per event; in process "
+            f"{result['in_process_cpu_us_per_event']:.0f}), client CPU "
+            f"{result['client_cpu_s']:.2f} s (info); load {os.getloadavg()[0]:.1f}"
         )
     else:
         result = measure(args.quick, args.langgraph)

@@ -94,3 +94,74 @@ def test_serve_loads_every_plugin_in_a_worker_thread_before_it_listens(tmp_path:
             proc.wait(10)
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+IMPORT_SPY = textwrap.dedent(
+    """
+    import asyncio, sys
+
+    record = sys.argv[1]
+
+    class Spy:
+        # Records every Roder module imported while an event loop runs in the thread.
+        def find_spec(self, name, path=None, target=None):
+            if name.startswith(("roder_runtime", "roder_api", "roder_server")):
+                try:
+                    asyncio.get_running_loop()
+                except RuntimeError:
+                    return None
+                with open(record, "a") as out:
+                    out.write(name + "\\n")
+            return None
+
+    sys.meta_path.insert(0, Spy())
+    from roder_runtime.cli import main
+    sys.exit(main(sys.argv[2:]))
+    """
+)
+
+
+def test_a_run_imports_no_runtime_code_on_the_event_loop(tmp_path: Path) -> None:
+    # The runtime imports its session code when the first session opens: inside `roder
+    # serve` that import held the event loop (tens of ms) while a burst of runs waited.
+    record = tmp_path / "imports.txt"
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[thread_store]\nbackend = "jsonl"\npath = "{tmp_path / "threads"}"\n'
+        "[engines.scripted]\ndelta_delay_ms = 0\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
+    env["RODER_HOME"] = str(tmp_path / "home")
+    args = [sys.executable, "-c", IMPORT_SPY, str(record), "--config", str(config), "serve"]
+    proc = subprocess.Popen(
+        [*args, "--port", "0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert line.startswith(PREFIX), line + proc.stderr.read()
+        record.unlink(missing_ok=True)  # start-up's imports: the loop serves nothing yet
+        url = line[len(PREFIX) :].strip()
+        with httpx.Client(base_url=url, timeout=30) as c:
+            tid = c.post("/v1/threads", json={}).json()["thread_id"]
+            assert c.post(f"/v1/threads/{tid}/runs", json={"input": "hi"}).status_code == 202
+            params = {"after": 0, "until": "turn_end"}
+            with c.stream("GET", f"/v1/threads/{tid}/stream", params=params) as stream:
+                body = b"".join(stream.iter_bytes())
+        assert b"event: turn_complete" in body, body
+        imported = record.read_text().split() if record.exists() else []
+        assert imported == [], f"imported on the event loop during a run: {imported}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        if proc.stderr is not None:
+            proc.stderr.close()
