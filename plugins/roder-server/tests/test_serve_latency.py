@@ -50,14 +50,17 @@ SPY = textwrap.dedent(
 )
 
 
-def test_serve_loads_every_plugin_in_a_worker_thread_before_it_listens(tmp_path: Path) -> None:
-    record = tmp_path / "load_all.jsonl"
+def _spied_serve(tmp_path: Path, spy: str, record: Path, tables: str = "") -> subprocess.Popen[str]:
+    """Start ``roder serve --port 0`` on a JSONL store under ``spy`` (code run before the
+    command, given ``record``), with ``tables`` added to its config."""
     config = tmp_path / "config.toml"
-    config.write_text(f'[thread_store]\nbackend = "jsonl"\npath = "{tmp_path / "threads"}"\n')
+    config.write_text(
+        f'[thread_store]\nbackend = "jsonl"\npath = "{tmp_path / "threads"}"\n{tables}'
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
     env["RODER_HOME"] = str(tmp_path / "home")
-    args = [sys.executable, "-c", SPY, str(record), "--config", str(config), "serve"]
-    proc = subprocess.Popen(
+    args = [sys.executable, "-c", spy, str(record), "--config", str(config), "serve"]
+    return subprocess.Popen(
         [*args, "--port", "0"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -65,6 +68,22 @@ def test_serve_loads_every_plugin_in_a_worker_thread_before_it_listens(tmp_path:
         text=True,
         env=env,
     )
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+    if proc.stderr is not None:
+        proc.stderr.close()
+
+
+def test_serve_loads_every_plugin_in_a_worker_thread_before_it_listens(tmp_path: Path) -> None:
+    record = tmp_path / "load_all.jsonl"
+    proc = _spied_serve(tmp_path, SPY, record)
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()  # the server's first line (it blocks until then)
@@ -86,14 +105,7 @@ def test_serve_loads_every_plugin_in_a_worker_thread_before_it_listens(tmp_path:
             assert time.monotonic() < deadline, "the server never answered"
             time.sleep(0.1)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        if proc.stderr is not None:
-            proc.stderr.close()
+        _stop(proc)
 
 
 IMPORT_SPY = textwrap.dedent(
@@ -125,22 +137,7 @@ def test_a_run_imports_no_runtime_code_on_the_event_loop(tmp_path: Path) -> None
     # The runtime imports its session code when the first session opens: inside `roder
     # serve` that import held the event loop (tens of ms) while a burst of runs waited.
     record = tmp_path / "imports.txt"
-    config = tmp_path / "config.toml"
-    config.write_text(
-        f'[thread_store]\nbackend = "jsonl"\npath = "{tmp_path / "threads"}"\n'
-        "[engines.scripted]\ndelta_delay_ms = 0\n"
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
-    env["RODER_HOME"] = str(tmp_path / "home")
-    args = [sys.executable, "-c", IMPORT_SPY, str(record), "--config", str(config), "serve"]
-    proc = subprocess.Popen(
-        [*args, "--port", "0"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    proc = _spied_serve(tmp_path, IMPORT_SPY, record, "[engines.scripted]\ndelta_delay_ms = 0\n")
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()
@@ -157,11 +154,4 @@ def test_a_run_imports_no_runtime_code_on_the_event_loop(tmp_path: Path) -> None
         imported = record.read_text().split() if record.exists() else []
         assert imported == [], f"imported on the event loop during a run: {imported}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        if proc.stderr is not None:
-            proc.stderr.close()
+        _stop(proc)
