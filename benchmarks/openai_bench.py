@@ -19,6 +19,8 @@ One workload, next to its baseline measured in the same run (wall time, medians 
     python benchmarks/openai_bench.py            # the table
     python benchmarks/openai_bench.py --json out.json
     python benchmarks/openai_bench.py --quick    # a short run (CI smoke)
+    python benchmarks/openai_bench.py --roder "env PYTHONPATH=... python -m roder_runtime"
+        # another checkout's roder (run from outside this one: its directory would win)
 
 Target: Roder adds at most 5 ms at p50.
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import socket
 import statistics
@@ -36,7 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +84,13 @@ def start_katan() -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
-def start_roder(home: Path, engine_url: str) -> tuple[subprocess.Popen[str], str]:
-    """Start ``roder serve --port 0`` on a JSONL store; return it and its ``/v1`` URL."""
+def start_roder(
+    home: Path, engine_url: str, command: Sequence[str] = ()
+) -> tuple[subprocess.Popen[str], str]:
+    """Start ``roder serve --port 0`` on a JSONL store; return it and its ``/v1`` URL.
+
+    ``command`` starts ``roder`` (default: the one installed beside this Python).
+    """
     config = home / "config.toml"
     config.write_text(
         f'[thread_store]\nbackend = "jsonl"\npath = "{home / "threads"}"\n'
@@ -91,7 +99,7 @@ def start_roder(home: Path, engine_url: str) -> tuple[subprocess.Popen[str], str
     env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
     env.update({"RODER_HOME": str(home / "home"), "BENCH_KATAN_KEY": "local"})
     proc = subprocess.Popen(
-        [str(BIN / "roder"), "--config", str(config), "serve", "--port", "0"],
+        [*(command or [str(BIN / "roder")]), "--config", str(config), "serve", "--port", "0"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -223,12 +231,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument(
+        "--roder",
+        metavar="COMMAND",
+        help="the command that starts roder (for an A/B against another checkout, e.g. "
+        '"env PYTHONPATH=... python -m roder_runtime"; default: the installed roder)',
+    )
     args = parser.parse_args()
     n = 10 if args.quick else 100
     katan, engine_url = start_katan()
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            roder, roder_url = start_roder(Path(tmp), engine_url)
+            command = shlex.split(args.roder) if args.roder else ()
+            roder, roder_url = start_roder(Path(tmp), engine_url, command)
             try:
                 direct = openai.OpenAI(base_url=engine_url, api_key="local", max_retries=0)
                 through = openai.OpenAI(base_url=roder_url, api_key="local", max_retries=0)
