@@ -50,45 +50,14 @@ async def bounded_call(
     with anyio.move_on_after(timeout_s) as scope:
         return await call()
     assert scope.cancelled_caught
-    raise StoreError(
+    raise late_error(store_name, timeout_s, what)
+
+
+def late_error(store_name: str, timeout_s: float, what: str) -> StoreError:
+    """Return the error of a store call (``what``) that did not answer within ``timeout_s``."""
+    return StoreError(
         f"{store_name} did not answer within {timeout_s:g} s ({what}); check the store "
         "(disk, database, network) and try again"
-    )
-
-
-async def bounded_append(
-    store: ThreadStore,
-    thread_id: str,
-    events: Sequence[Event],
-    expected_last_sequence: int | None,
-    *,
-    store_name: str,
-    timeout_s: float | None,
-    observe: Callable[[str, Sequence[JournalEvent]], None] | None,
-) -> list[JournalEvent]:
-    """Return ``store.append_events(...)`` within ``timeout_s``; offer the batch to ``observe``.
-
-    :func:`bounded_call` for the append, the runtime's most frequent store call, without
-    its two extra coroutines and with the message made only when the store is late.
-    ``timeout_s`` None is the default.
-    """
-    if timeout_s is None:
-        timeout_s = DEFAULT_STORE_TIMEOUT_S
-    with anyio.move_on_after(timeout_s) as scope:
-        if expected_last_sequence is None:
-            entries = await store.append_events(thread_id, events)
-        else:
-            entries = await store.append_events(
-                thread_id, events, expected_last_sequence=expected_last_sequence
-            )
-        if observe is not None:
-            observe(thread_id, entries)
-        return entries
-    assert scope.cancelled_caught
-    what = "append" if expected_last_sequence is None else "conditional append"
-    raise StoreError(
-        f"{store_name} did not answer within {timeout_s:g} s ({what} of thread "
-        f"{thread_id!r}); check the store (disk, database, network) and try again"
     )
 
 
@@ -180,25 +149,30 @@ class ThreadJournal:
     async def append(
         self, events: Sequence[Event], *, expected_last_sequence: int | None = None
     ) -> list[JournalEvent]:
-        """Append ``events`` (conditionally with ``expected_last_sequence``)."""
+        """Append ``events`` (conditionally with ``expected_last_sequence``).
+
+        :meth:`bounded`'s deadline written out: the append is the runtime's most frequent
+        store call, and this spares it a closure and two coroutines.
+        """
+        store, thread_id = self.store, self.thread_id
         self._tail = None
         self._appending += 1
         try:
-            # The observer is offered the batch below, after the bookkeeping.
-            entries = await bounded_append(
-                self.store,
-                self.thread_id,
-                events,
-                expected_last_sequence,
-                store_name=self.store_name,
-                timeout_s=self.timeout_s,
-                observe=None,
-            )
+            with anyio.move_on_after(self.timeout_s) as scope:
+                if expected_last_sequence is None:
+                    entries = await store.append_events(thread_id, events)
+                else:
+                    entries = await store.append_events(
+                        thread_id, events, expected_last_sequence=expected_last_sequence
+                    )
         finally:
             self._appending -= 1
             self._appends += 1
+        if scope.cancelled_caught:
+            what = "append" if expected_last_sequence is None else "conditional append"
+            raise late_error(self.store_name, self.timeout_s, f"{what} of thread {thread_id!r}")
         if self.observe is not None:
-            self.observe(self.thread_id, entries)
+            self.observe(thread_id, entries)
         return entries
 
     async def read_events(self, *, after: int = 0) -> list[JournalEvent]:
