@@ -16,6 +16,8 @@ import httpx
 import orjson
 import tomllib
 
+from roder_api.events import AssistantContentDelta, ContentPhase
+
 DEFAULT_TEST_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 RODER = Path(sys.executable).with_name("roder")
 PREFIX = "roder serve: listening on "
@@ -460,3 +462,17 @@ class StreamReader:
         """Stop reading (the reader notices at its next message or keepalive)."""
         self._stop.set()
         self._thread.join(30)
+
+
+def words(count: int, first: int = 0) -> list[AssistantContentDelta]:
+    """Return ``count`` answer deltas of turn ``t1`` (``w<first> ``, ``w<first+1> ``, ...)."""
+    return [
+        AssistantContentDelta("t1", "s1", ContentPhase.FINAL_ANSWER, f"w{first + i} ")
+        for i in range(count)
+    ]
+
+
+def stream_sequences(chunks: list[bytes]) -> list[int]:
+    """Return the journal sequences of the events in a thread stream's SSE bytes."""
+    messages = [m for m in b"".join(chunks).split(b"\n\n") if m.startswith(b"id: ")]
+    return [orjson.loads(m.split(b"\ndata: ", 1)[1])["sequence"] for m in messages]

@@ -14,11 +14,11 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-import orjson
 import pytest
+from serve_support import stream_sequences, words
 from starlette.testclient import TestClient
 
-from roder_api.events import AssistantContentDelta, ContentPhase, TurnComplete
+from roder_api.events import TurnComplete
 from roder_api.threads import ThreadMetadata
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime
@@ -66,11 +66,7 @@ def test_a_waiting_stream_takes_a_hand_over_without_finishing_its_store_read(
             reader.start()
             try:
                 assert entered.wait(30), "the stream never waited on the store"
-                words = [
-                    AssistantContentDelta("t1", "s1", ContentPhase.FINAL_ANSWER, f"w{i} ")
-                    for i in range(3)
-                ]
-                client.portal.call(store.append_events, tid, [*words, TurnComplete("t1")])
+                client.portal.call(store.append_events, tid, [*words(3), TurnComplete("t1")])
                 reader.join(20)
                 held = reader.is_alive()
             finally:
@@ -79,7 +75,7 @@ def test_a_waiting_stream_takes_a_hand_over_without_finishing_its_store_read(
             assert not held, "the handed-over events waited for the stream's store read"
     finally:
         anyio.run(runtime.aclose)
-    assert _sequences(got) == [1, 2, 3, 4]
+    assert stream_sequences(got) == [1, 2, 3, 4]
 
 
 @pytest.mark.anyio
@@ -107,23 +103,11 @@ async def test_with_a_task_group_another_store_objects_appends_still_arrive_in_o
                     tg.start_soon(collect)
                     for i in range(30):
                         # Appends here are handed over; there's are read (a gap, a poll).
-                        await (here if i % 3 else there).append_events("th", _words(2, 2 * i))
+                        await (here if i % 3 else there).append_events("th", words(2, 2 * i))
                         await anyio.sleep(0.3 if i % 5 == 0 else 0)  # quiet: the store waits
                     await there.append_events("th", [TurnComplete("t1")])
             waits.cancel_scope.cancel()
-        assert _sequences(chunks) == list(range(1, 62))
+        assert stream_sequences(chunks) == list(range(1, 62))
     finally:
         await here.aclose()
         await there.aclose()
-
-
-def _words(count: int, first: int) -> list[AssistantContentDelta]:
-    return [
-        AssistantContentDelta("t1", "s1", ContentPhase.FINAL_ANSWER, f"w{first + i} ")
-        for i in range(count)
-    ]
-
-
-def _sequences(chunks: list[bytes]) -> list[int]:
-    messages = [m for m in b"".join(chunks).split(b"\n\n") if m.startswith(b"id: ")]
-    return [orjson.loads(m.split(b"\ndata: ", 1)[1])["sequence"] for m in messages]

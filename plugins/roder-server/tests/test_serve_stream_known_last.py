@@ -11,28 +11,15 @@ import time
 from pathlib import Path
 
 import anyio
-import orjson
 import pytest
-from serve_support import CountedReads
+from serve_support import CountedReads, stream_sequences, words
 from starlette.testclient import TestClient
 
-from roder_api.events import AssistantContentDelta, ContentPhase, TurnComplete
+from roder_api.events import TurnComplete
 from roder_api.threads import ThreadMetadata
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime
 from roder_server import ServerSettings, create_app, journal_stream
-
-
-def _words(count: int, first: int = 0) -> list[AssistantContentDelta]:
-    return [
-        AssistantContentDelta("t1", "s1", ContentPhase.FINAL_ANSWER, f"w{first + i} ")
-        for i in range(count)
-    ]
-
-
-def _sequences(chunks: list[bytes]) -> list[int]:
-    messages = [m for m in b"".join(chunks).split(b"\n\n") if m.startswith(b"id: ")]
-    return [orjson.loads(m.split(b"\ndata: ", 1)[1])["sequence"] for m in messages]
 
 
 def test_a_stream_opened_at_the_end_sends_live_events_without_a_journal_read(
@@ -48,7 +35,7 @@ def test_a_stream_opened_at_the_end_sends_live_events_without_a_journal_read(
             tid = client.post("/v1/threads", json={}).json()["thread_id"]
             assert client.portal is not None
             store = client.portal.call(runtime.store)
-            client.portal.call(store.append_events, tid, _words(2))
+            client.portal.call(store.append_events, tid, words(2))
             reads = CountedReads(store).afters
             opened = threading.Event()
 
@@ -62,12 +49,12 @@ def test_a_stream_opened_at_the_end_sends_live_events_without_a_journal_read(
             reader.start()
             assert opened.wait(30), "the stream never opened"
             time.sleep(0.1)  # the stream is waiting (subscribed) by now
-            client.portal.call(store.append_events, tid, [*_words(3, 2), TurnComplete("t1")])
+            client.portal.call(store.append_events, tid, [*words(3, 2), TurnComplete("t1")])
             reader.join(30)
             assert not reader.is_alive()
     finally:
         anyio.run(runtime.aclose)
-    assert _sequences(got) == [3, 4, 5, 6]
+    assert stream_sequences(got) == [3, 4, 5, 6]
     assert reads == [], "the stream read the journal though it was at its end"
 
 
@@ -82,7 +69,7 @@ async def test_an_append_after_the_known_last_sequence_is_still_read(
         now = int(time.time() * 1000)
         await here.create_thread(ThreadMetadata("th", now, now))
         # The caller saw 0 events; another process appended 3 before the stream subscribed.
-        await there.append_events("th", _words(3))
+        await there.append_events("th", words(3))
         chunks: list[bytes] = []
         async with anyio.create_task_group() as waits:
             stream = journal_stream(
@@ -103,9 +90,9 @@ async def test_an_append_after_the_known_last_sequence_is_still_read(
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(collect)
                     await anyio.sleep(0.05)
-                    await here.append_events("th", [*_words(2, 3), TurnComplete("t1")])
+                    await here.append_events("th", [*words(2, 3), TurnComplete("t1")])
             waits.cancel_scope.cancel()
-        assert _sequences(chunks) == [1, 2, 3, 4, 5, 6]
+        assert stream_sequences(chunks) == [1, 2, 3, 4, 5, 6]
     finally:
         await here.aclose()
         await there.aclose()
