@@ -133,3 +133,16 @@ def test_an_existing_conversations_parameters_are_written_after_its_input(
     assert refused.value.status_code == 413
     assert [r["k"] for r in records(tmp_path, thread_id)].count("meta") == 1
     assert client.responses.retrieve(response.id).output_text == "You said: hello"
+
+
+def test_a_response_on_an_unknown_conversation_is_a_404_that_writes_nothing(
+    serve: Callable[..., Server], tmp_path: Path
+) -> None:
+    # Its run is submitted without a metadata read first: the session's open says 404.
+    server = serve()
+    client = sdk(server)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model=MODEL, input="hi", conversation="nosuchconversation")
+    threads = tmp_path / "threads"
+    assert not list(threads.rglob("nosuchconversation*"))  # no journal, no lease file
+    assert client.conversations.create().id  # and the server goes on
