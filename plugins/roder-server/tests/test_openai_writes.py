@@ -146,3 +146,28 @@ def test_a_response_on_an_unknown_conversation_is_a_404_that_writes_nothing(
     threads = tmp_path / "threads"
     assert not list(threads.rglob("nosuchconversation*"))  # no journal, no lease file
     assert client.conversations.create().id  # and the server goes on
+
+
+def test_a_response_refused_for_a_full_queue_keeps_no_parameters(
+    serve: Callable[..., Server], tmp_path: Path
+) -> None:
+    # A 429 (the thread's queue is full) is refused before anything is written for it.
+    server = serve(top="submission_queue_capacity = 1\n")
+    client = sdk(server)
+    thread_id = client.conversations.create().id
+    long_text = " ".join(f"w{i}" for i in range(200))  # the default reply streams word by word
+    accepted = [
+        client.responses.create(
+            model=MODEL, input=long_text, conversation=thread_id, background=True
+        )
+    ]
+    with pytest.raises(openai.RateLimitError):
+        for _ in range(3):
+            accepted.append(
+                client.responses.create(
+                    model=MODEL, input="more", conversation=thread_id, background=True
+                )
+            )
+    metas = [r for r in records(tmp_path, thread_id) if r["k"] == "meta"]
+    assert len(metas) == len(accepted)  # one write per accepted response, none for the 429
+    assert len(metas[-1]["extra"]["openai_responses"]) == len(accepted)
