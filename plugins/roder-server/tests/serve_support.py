@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -476,3 +477,54 @@ def stream_sequences(chunks: list[bytes]) -> list[int]:
     """Return the journal sequences of the events in a thread stream's SSE bytes."""
     messages = [m for m in b"".join(chunks).split(b"\n\n") if m.startswith(b"id: ")]
     return [orjson.loads(m.split(b"\ndata: ", 1)[1])["sequence"] for m in messages]
+
+
+@contextlib.asynccontextmanager
+async def two_stores(tmp_path: Path) -> AsyncIterator[tuple[Any, Any]]:
+    """Yield two JSONL store objects on one directory (``here``, and ``there`` standing for
+    another process) with thread ``th`` created."""
+    from roder_api.threads import ThreadMetadata
+    from roder_jsonl_thread_store import JsonlThreadStoreFactory
+
+    here = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
+    there = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
+    try:
+        now = int(time.time() * 1000)
+        await here.create_thread(ThreadMetadata("th", now, now))
+        yield here, there
+    finally:
+        await here.aclose()
+        await there.aclose()
+
+
+async def stream_during(
+    store: Any, append: Callable[[], Awaitable[object]], *, known_last: int | None = None
+) -> list[bytes]:
+    """Return the SSE bytes of thread ``th``'s stream from the start to its turn's end
+    (``until_turn_end``), opened with a task group for its waits, while ``append()`` runs."""
+    import anyio
+
+    from roder_server import journal_stream
+
+    chunks: list[bytes] = []
+    async with anyio.create_task_group() as waits:
+        stream = journal_stream(
+            store,
+            "th",
+            0,
+            heartbeat_s=30,
+            until_turn_end=True,
+            task_group=waits,
+            known_last=known_last,
+        )
+
+        async def collect() -> None:
+            async for chunk in stream:
+                chunks.append(chunk)
+
+        with anyio.fail_after(60):  # the stream ends at the turn end
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(collect)
+                await append()
+        waits.cancel_scope.cancel()
+    return chunks

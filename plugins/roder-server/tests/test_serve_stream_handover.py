@@ -8,21 +8,19 @@ behind many session starts is."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.to_thread
 import pytest
-from serve_support import stream_sequences, words
+from serve_support import stream_during, stream_sequences, two_stores, words
 from starlette.testclient import TestClient
 
 from roder_api.events import TurnComplete
 from roder_api.threads import ThreadMetadata
-from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime
-from roder_server import ServerSettings, create_app, journal_stream
+from roder_server import ServerSettings, create_app
 
 
 def _hold_polls(store: Any, entered: threading.Event, gate: threading.Event) -> None:
@@ -83,31 +81,14 @@ def test_a_waiting_stream_takes_a_hand_over_without_finishing_its_store_read(
 async def test_with_a_task_group_another_store_objects_appends_still_arrive_in_order(
     tmp_path: Path, anyio_backend: str
 ) -> None:
-    here = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
-    there = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
-    try:
-        now = int(time.time() * 1000)
-        await here.create_thread(ThreadMetadata("th", now, now))
-        chunks: list[bytes] = []
-        async with anyio.create_task_group() as waits:
-            stream = journal_stream(
-                here, "th", 0, heartbeat_s=30, until_turn_end=True, task_group=waits
-            )
+    async with two_stores(tmp_path) as (here, there):
 
-            async def collect() -> None:
-                async for chunk in stream:
-                    chunks.append(chunk)
+        async def append() -> None:
+            for i in range(30):
+                # Appends here are handed over; there's are read (a gap, a poll).
+                await (here if i % 3 else there).append_events("th", words(2, 2 * i))
+                await anyio.sleep(0.3 if i % 5 == 0 else 0)  # quiet: the store waits
+            await there.append_events("th", [TurnComplete("t1")])
 
-            with anyio.fail_after(60):  # the stream ends at the turn end, read from there
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(collect)
-                    for i in range(30):
-                        # Appends here are handed over; there's are read (a gap, a poll).
-                        await (here if i % 3 else there).append_events("th", words(2, 2 * i))
-                        await anyio.sleep(0.3 if i % 5 == 0 else 0)  # quiet: the store waits
-                    await there.append_events("th", [TurnComplete("t1")])
-            waits.cancel_scope.cancel()
-        assert stream_sequences(chunks) == list(range(1, 62))
-    finally:
-        await here.aclose()
-        await there.aclose()
+        chunks = await stream_during(here, append)
+    assert stream_sequences(chunks) == list(range(1, 62))

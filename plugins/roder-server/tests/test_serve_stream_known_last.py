@@ -12,14 +12,12 @@ from pathlib import Path
 
 import anyio
 import pytest
-from serve_support import CountedReads, stream_sequences, words
+from serve_support import CountedReads, stream_during, stream_sequences, two_stores, words
 from starlette.testclient import TestClient
 
 from roder_api.events import TurnComplete
-from roder_api.threads import ThreadMetadata
-from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import Runtime
-from roder_server import ServerSettings, create_app, journal_stream
+from roder_server import ServerSettings, create_app
 
 
 def test_a_stream_opened_at_the_end_sends_live_events_without_a_journal_read(
@@ -63,36 +61,13 @@ def test_a_stream_opened_at_the_end_sends_live_events_without_a_journal_read(
 async def test_an_append_after_the_known_last_sequence_is_still_read(
     tmp_path: Path, anyio_backend: str
 ) -> None:
-    here = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
-    there = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
-    try:
-        now = int(time.time() * 1000)
-        await here.create_thread(ThreadMetadata("th", now, now))
+    async with two_stores(tmp_path) as (here, there):
         # The caller saw 0 events; another process appended 3 before the stream subscribed.
         await there.append_events("th", words(3))
-        chunks: list[bytes] = []
-        async with anyio.create_task_group() as waits:
-            stream = journal_stream(
-                here,
-                "th",
-                0,
-                heartbeat_s=30,
-                until_turn_end=True,
-                task_group=waits,
-                known_last=0,
-            )
 
-            async def collect() -> None:
-                async for chunk in stream:
-                    chunks.append(chunk)
+        async def append() -> None:
+            await anyio.sleep(0.05)
+            await here.append_events("th", [*words(2, 3), TurnComplete("t1")])
 
-            with anyio.fail_after(60):
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(collect)
-                    await anyio.sleep(0.05)
-                    await here.append_events("th", [*words(2, 3), TurnComplete("t1")])
-            waits.cancel_scope.cancel()
-        assert stream_sequences(chunks) == [1, 2, 3, 4, 5, 6]
-    finally:
-        await here.aclose()
-        await there.aclose()
+        chunks = await stream_during(here, append, known_last=0)
+    assert stream_sequences(chunks) == [1, 2, 3, 4, 5, 6]
