@@ -13,8 +13,8 @@ does it, with the ops plugins call without importing the op classes (``submit_in
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -99,14 +99,16 @@ class JournalFollowing:
         client_tools: Sequence[ToolSpec] = (),
         tool_results: Sequence[ToolResultRecord] = (),
         instructions: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> str:
         """Submit ``text`` as a :class:`UserInput` (``steer``: a :class:`Steer`); return the
         turn id it goes to. For callers that cannot import the op classes (plugins).
-        ``client_tools``, ``tool_results`` and ``instructions`` as for :class:`UserInput`."""
+        ``client_tools``, ``tool_results``, ``instructions`` and ``metadata`` as for
+        :class:`UserInput`."""
         op: Op = (
             Steer(text)
             if steer
-            else UserInput(text, (*client_tools,), (*tool_results,), instructions)
+            else UserInput(text, (*client_tools,), (*tool_results,), instructions, metadata)
         )
         if turn_id is not None:
             self._own_turns.add(turn_id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Awaitable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeAlias, TypeVar
 
@@ -21,13 +21,17 @@ class UserInput:
     name is taken from the call), journaled before the turn's model step; with results,
     an empty ``text`` adds no user message. ``instructions``: the system instructions of
     this turn's model calls, in place of the configured ``instructions`` (None: those);
-    kept by the session that accepts the input, not journaled.
+    kept by the session that accepts the input, not journaled. ``metadata``: JSON data the
+    caller attaches to the turn, journaled once with its input, on the turn's first event
+    (``TurnStarted.metadata``, or ``InputAccepted.metadata`` when the input waits), never
+    interpreted; it counts towards ``max_input_bytes``.
     """
 
     text: str
     client_tools: tuple[ToolSpec, ...] = ()
     tool_results: tuple[ToolResultRecord, ...] = ()
     instructions: str | None = None
+    metadata: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 import anyio
 import anyio.abc
 
+from roder_api.codec import check_value, dumps_json
 from roder_api.errors import BusyError, InputTooLargeError, RecorderError, StoppedError
 from roder_api.events import (
     AbortReason,
@@ -222,7 +224,7 @@ class Session(JournalFollowing):
             return None
         if not isinstance(op, (UserInput, Steer)):
             raise TypeError(f"not a session op: {op!r}")
-        self._check_size(op.text)
+        self._check_size(op.text, op.metadata if isinstance(op, UserInput) else None)
         if isinstance(op, Steer):
             if self._preempt is not None:
                 self._preempt.set()
@@ -235,7 +237,8 @@ class Session(JournalFollowing):
                 return turn.turn_id
         turn_id = turn_id or new_id("turn")
         async with self.tools.turn_input(turn_id, op, self.journal):  # checked, then kept
-            return await self._submit_input(op.text, turn_id, announce=True)
+            metadata = op.metadata if isinstance(op, UserInput) else None
+            return await self._submit_input(op.text, turn_id, announce=True, metadata=metadata)
 
     async def submit_turn(self, text: str, turn_id: str) -> str:
         """Queue ``text`` as a turn with a chosen id, journaling it with the turn itself.
@@ -247,14 +250,18 @@ class Session(JournalFollowing):
         self._check_size(text)
         return await self._submit_input(text, turn_id, announce=False)
 
-    async def _submit_input(self, text: str, turn_id: str, *, announce: bool) -> str:
+    async def _submit_input(
+        self, text: str, turn_id: str, *, announce: bool, metadata: Mapping[str, Any] | None = None
+    ) -> str:
         self._check_room()
         await self._take_unread_input()  # accepted elsewhere first: it goes first
         idle = self._turn is None and not self._queue and self.recorder.held == 0
         self._own_turns.add(turn_id)
         # Behind a running turn it is accepted now; else its turn's start journals it at
         # once (after a bounded history read and window lookup), or its end does.
-        queued = SubmittedInput(turn_id, text, announce=announce or not idle, direct=idle)
+        queued = SubmittedInput(
+            turn_id, text, announce=announce or not idle, direct=idle, metadata=metadata
+        )
         if not idle:
             self._record_now(queued.journal())
         self._queue.append(queued)
@@ -275,8 +282,11 @@ class Session(JournalFollowing):
             await self.recorder.wait_persisted()
         self._check_usable()
 
-    def _check_size(self, text: str) -> None:
+    def _check_size(self, text: str, metadata: Mapping[str, Any] | None = None) -> None:
         size = len(text.encode("utf-8"))
+        if metadata is not None:  # journaled with the input: JSON data, counted with it
+            check_value(metadata, what="the input's metadata", depth=3)
+            size += len(dumps_json(metadata))
         if size > self._max_input_bytes:
             raise InputTooLargeError(size, self._max_input_bytes)
 
@@ -369,7 +379,10 @@ class Session(JournalFollowing):
         if queued.resume is not None:
             return  # a turn left in a tool step stays open: the next session resumes it
         inputs = queued.journal([UserMessage(queued.text)])
-        await self._sink.record(*turn_end(queued.turn_id, reason, unstarted=True, inputs=inputs))
+        end = turn_end(
+            queued.turn_id, reason, unstarted=True, inputs=inputs, metadata=queued.take_metadata()
+        )
+        await self._sink.record(*end)
         queued.journaled.set()
 
     async def _drive_turn(self, queued: SubmittedInput) -> None:

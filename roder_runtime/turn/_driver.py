@@ -195,7 +195,7 @@ class TurnDriver:
         due = await auto_compaction_due(self.catalog, self.engine, self.model, history, self.inputs)
         first = self._first = [] if due or self._budget.budget.enabled else [new_id("step")]
         await self.sink.record(
-            TurnStarted(self.turn_id),
+            TurnStarted(self.turn_id, self.input.take_metadata()),
             *self.input.journal(None if due else self.inputs),
             *(ModelStepStarted(self.turn_id, s, self.model, self.engine.id) for s in first),
         )

@@ -10,8 +10,9 @@ session's turn) journals what :func:`turn_end` composes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
@@ -36,7 +37,8 @@ class SubmittedInput:
     ``accepted``/``in_turn``: its ``InputAccepted``/its items are journaled; ``announce``
     False: journaled with its turn only (``run_turn``); ``direct``: submitted to an idle
     session, the turn's start journals it; ``journaled``: set once it is recorded (or the
-    session stopped); ``resume``: a turn a dead session left in a tool step (``in_turn``).
+    session stopped); ``resume``: a turn a dead session left in a tool step (``in_turn``);
+    ``metadata``: the caller's, journaled once, on the turn's first event (:meth:`take_metadata`).
     """
 
     turn_id: str
@@ -48,6 +50,7 @@ class SubmittedInput:
     interrupted: bool = False
     resume: PendingToolStep | None = None
     in_turn: bool = False
+    metadata: Mapping[str, Any] | None = None
     journaled: anyio.Event = field(default_factory=anyio.Event)
 
     def journal(self, items: Sequence[TranscriptItem] | None = None) -> list[Event]:
@@ -60,7 +63,14 @@ class SubmittedInput:
         if self.accepted or self.in_turn or not self.announce:
             return []
         self.accepted = True
-        return [InputAccepted(self.turn_id, self.text, self.steer)]
+        return [InputAccepted(self.turn_id, self.text, self.steer, self.take_metadata())]
+
+    def take_metadata(self) -> Mapping[str, Any] | None:
+        """Return the caller's metadata for the event that journals it, once (then None):
+        it rides on the turn's first event, its ``InputAccepted`` when the input waited,
+        else its ``TurnStarted``."""
+        metadata, self.metadata = self.metadata, None
+        return metadata
 
 
 def turn_end(
@@ -74,15 +84,17 @@ def turn_end(
     partial: str = "",
     steering: Sequence[str] = (),
     error: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> list[Event]:
     """Return the events that end turn ``turn_id`` (``reason`` None: it completed).
 
     In order: ``TurnStarted`` when it never started, its input not yet journaled, a staged
     boundary's discard, the text streamed and not kept (an interrupted message), steering
     that reached no model call (kept: the next turn replays it), the error, then
-    ``TurnComplete(last_text)`` or ``TurnAborted(reason)``.
+    ``TurnComplete(last_text)`` or ``TurnAborted(reason)``. ``metadata``: the input's, for
+    the ``TurnStarted`` of a turn that never started.
     """
-    events: list[Event] = [TurnStarted(turn_id)] if unstarted else []
+    events: list[Event] = [TurnStarted(turn_id, metadata)] if unstarted else []
     events += [*inputs, *discarded]
     if partial:
         events.append(ItemCompleted(turn_id, AssistantMessage(partial, True)))

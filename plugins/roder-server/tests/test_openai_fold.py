@@ -158,20 +158,28 @@ async def test_a_feed_says_where_a_turn_starts_or_that_it_cannot(tmp_path: Path)
     # A response on an existing conversation folds from just before its turn's first
     # event, as handed over to the feed when its input was journaled (no metadata read).
     from roder_api.events import InputAccepted, TurnStarted
-    from roder_server.openai._routes import _first_of
+    from roder_server.openai._routes import _turn_start
 
     store = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
     try:
         await store.create_thread(_thread())
         await store.append_events("th", [InputAccepted(f"old{i}", "x") for i in range(300)])
+        kept = {"openai_response": {"model": "m"}}
+        await store.append_events("th", [TurnStarted("old10", {"openai_response": {"model": "n"}})])
+        await store.append_events("th", [TurnStarted("old20")])
         feed = AppendFeed(store, "th")
-        await store.append_events("th", [InputAccepted("other", "y")])
+        await store.append_events("th", [InputAccepted("other", "y", metadata=kept)])
         await store.append_events("th", [TurnStarted("mine"), TurnStarted("other")])
-        assert feed.first_of("mine") == 302 and feed.first_of("other") == 301
+        assert feed.first_of("mine") == 304 and feed.first_of("other") == 303
         assert feed.first_of("nobody") is None
-        # Read back from the journal's end when the feed cannot say (pages of 256).
-        assert await _first_of(store, "th", "mine") == 302
-        assert await _first_of(store, "th", "old10") == 11
+        # Read back from the journal's end when the feed cannot say (pages of 256): the
+        # turn's first event is the one with its parameters, else its InputAccepted (a
+        # turn queued behind others started long after), else its earliest.
+        assert await _turn_start(store, "th", "mine") == (304, {})
+        assert await _turn_start(store, "th", "other") == (303, {"model": "m"})
+        assert await _turn_start(store, "th", "old10") == (301, {"model": "n"})
+        assert await _turn_start(store, "th", "old20") == (21, {})
+        assert await _turn_start(store, "th", "nobody") is None
         feed.take([])  # an append whose entries were not said: stale
         assert feed.first_of("mine") is None
         feed.close()

@@ -1,9 +1,11 @@
-"""What a new response writes before it streams (the SDK's time to first delta).
+"""What a response writes: its request parameters once, with its turn's input in the journal.
 
-A response's request parameters live in its thread's ``extra``. A new conversation's
-thread is created with them (its journal's first line), not created and then given them
-with a metadata write of its own; a response on an existing conversation writes them
-once, after its input is accepted (while the engine is called).
+They used to live in the thread's ``extra``, where every response on a conversation
+rewrote every earlier response's entry: a conversation of n responses wrote O(n^2) bytes
+(the JSONL journal appended the whole ``extra`` again for each one) and each response's
+write grew. Now a conversation's responses never write its metadata; each response's
+parameters are the ``metadata`` of its turn's first event (``TurnStarted``, or
+``InputAccepted`` when the input waited).
 """
 
 from __future__ import annotations
@@ -20,67 +22,110 @@ from serve_support import Server, sdk
 pytestmark = pytest.mark.slow
 
 MODEL = "scripted/scripted-1"
+TOOLS = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
+
+
+def journal(home: Path, thread_id: str) -> Path:
+    [path] = (home / "threads").rglob(f"{thread_id}.jsonl")
+    return path
 
 
 def records(home: Path, thread_id: str) -> list[dict[str, Any]]:
     """Return the records of a thread's JSONL journal, in order."""
-    [path] = (home / "threads").rglob(f"{thread_id}.jsonl")
-    return [orjson.loads(line)["r"] for line in path.read_bytes().splitlines()]
+    return [orjson.loads(line)["r"] for line in journal(home, thread_id).read_bytes().splitlines()]
 
 
-def test_a_new_conversation_is_created_with_the_responses_parameters(
+def events(home: Path, thread_id: str) -> list[dict[str, Any]]:
+    """Return every journaled event of a thread (the JSONL ``events`` records' events)."""
+    return [e for r in records(home, thread_id) if r["k"] == "events" for e in r["events"]]
+
+
+def test_a_conversations_responses_never_rewrite_its_metadata(
+    serve: Callable[..., Server], tmp_path: Path
+) -> None:
+    server = serve()
+    client = sdk(server)
+    thread_id = client.conversations.create().id
+    sizes = [journal(tmp_path, thread_id).stat().st_size]
+    responses = []
+    for i in range(12):
+        responses.append(
+            client.responses.create(
+                model=MODEL, input="again", conversation=thread_id, tools=TOOLS, metadata={"i": i}
+            )
+        )
+        sizes.append(journal(tmp_path, thread_id).stat().st_size)
+    kinds = [r["k"] for r in records(tmp_path, thread_id)]
+    assert kinds.count("meta") == 0  # no metadata write per response
+    growth = [b - a for a, b in zip(sizes, sizes[1:], strict=False)]
+    assert max(growth) - min(growth) < 64, growth  # the same per response, not growing
+    starts = [e for e in events(tmp_path, thread_id) if e["type"] == "turn_started"]
+    assert len(starts) == 12
+    for response, start in zip(responses, starts, strict=True):
+        assert response.id == f"resp_{start['turn_id']}"
+        kept = start["metadata"]["openai_response"]
+        assert kept["model"] == MODEL and kept["tools"] == TOOLS
+    for i, response in enumerate(responses):  # each read back with its own parameters
+        fetched = client.responses.retrieve(response.id)
+        assert fetched.metadata == {"i": i} and [t.name for t in fetched.tools] == ["f"]  # type: ignore[union-attr]
+        assert fetched.output_text == "You said: again"
+
+
+def test_a_new_conversation_is_created_without_parameters(
     serve: Callable[..., Server], tmp_path: Path
 ) -> None:
     server = serve()
     client = sdk(server)
     response = client.responses.create(model=MODEL, input="hello", instructions="Be brief.")
     assert response.conversation is not None
-    thread_id = response.conversation.id
-    lines = records(tmp_path, thread_id)
-    assert lines[0]["k"] == "create"
-    kept = lines[0]["meta"]["extra"]["openai_responses"]
-    [(turn_id, text)] = kept.items()
-    assert response.id.endswith(turn_id)
-    params = orjson.loads(text)
-    assert params["instructions"] == "Be brief." and params["journal_after"] == 0
-    assert [r["k"] for r in lines].count("meta") == 0  # no metadata write after it
+    lines = records(tmp_path, response.conversation.id)
+    assert lines[0]["k"] == "create" and "openai_responses" not in lines[0]["meta"]["extra"]
+    [start] = [e for e in events(tmp_path, response.conversation.id) if e["type"] == "turn_started"]
+    assert start["metadata"]["openai_response"]["instructions"] == "Be brief."
     assert client.responses.retrieve(response.id).instructions == "Be brief."
 
-    # On the same conversation: one metadata write for the second response.
-    again = client.responses.create(model=MODEL, input="more", conversation=thread_id)
-    lines = records(tmp_path, thread_id)
-    assert [r["k"] for r in lines].count("meta") == 1
-    fetched = client.responses.retrieve(again.id)
-    assert fetched.output_text == "You said: more"
-    assert [i.content[0].text for i in client.responses.input_items.list(again.id).data] == [  # type: ignore[union-attr]
-        "more"
-    ]
 
-
-def test_each_response_adds_one_json_text_to_the_threads_extra(
-    serve: Callable[..., Server], tmp_path: Path
+def test_an_early_response_is_found_far_back_in_a_long_conversation(
+    serve: Callable[..., Server],
 ) -> None:
-    # Every response on a conversation rewrites the thread's whole ``extra`` (and the store
-    # checks it value by value): an earlier response is one value there, its defaults left
-    # out, not a tree of its parameters.
+    # Found by paging back through the journal (no index of responses is written).
     server = serve()
     client = sdk(server)
-    first = client.responses.create(model=MODEL, input="one")
+    first = client.responses.create(model=MODEL, input="first", metadata={"n": "1"})
     assert first.conversation is not None
     thread_id = first.conversation.id
-    tools = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
-    second = client.responses.create(
-        model=MODEL, input="two", conversation=thread_id, tools=tools, metadata={"k": "v"}
-    )
-    [written] = [r for r in records(tmp_path, thread_id) if r["k"] == "meta"]
-    entries = written["extra"]["openai_responses"]
-    assert len(entries) == 2 and all(isinstance(v, str) for v in entries.values())
-    plain = orjson.loads(entries[first.id.removeprefix("resp_")])
-    assert set(plain) == {"model", "created_at", "journal_after"}
+    items = [{"type": "message", "role": "user", "content": f"m{i}"} for i in range(300)]
+    client.conversations.items.create(thread_id, items=items)  # type: ignore[arg-type]
+    later = client.responses.create(model=MODEL, input="later", conversation=thread_id)
     fetched = client.responses.retrieve(first.id)
+    assert fetched.output_text == "You said: first" and fetched.metadata == {"n": "1"}
+    assert client.responses.retrieve(later.id).output_text.endswith("later")
+    text = "".join(
+        e.delta
+        for e in client.responses.retrieve(first.id, stream=True, starting_after=0)
+        if e.type == "response.output_text.delta"
+    )
+    assert text == "You said: first"
+    client.responses.delete(first.id)
+    with pytest.raises(Exception, match="no response"):
+        client.responses.retrieve(first.id)
+    assert client.responses.retrieve(later.id).output_text.endswith("later")
+
+
+def test_the_parameters_are_kept_without_their_defaults(
+    serve: Callable[..., Server], tmp_path: Path
+) -> None:
+    server = serve()
+    client = sdk(server)
+    plain = client.responses.create(model=MODEL, input="one")
+    assert plain.conversation is not None
+    [start] = [e for e in events(tmp_path, plain.conversation.id) if e["type"] == "turn_started"]
+    assert set(start["metadata"]["openai_response"]) == {"model", "created_at"}
+    fetched = client.responses.retrieve(plain.id)
     assert fetched.instructions is None and fetched.tools == [] and fetched.metadata == {}
-    again = client.responses.retrieve(second.id)
-    assert [t.name for t in again.tools] == ["f"] and again.metadata == {"k": "v"}  # type: ignore[union-attr]
+    assert [i.content[0].text for i in client.responses.input_items.list(plain.id).data] == [  # type: ignore[union-attr]
+        "one"
+    ]
 
 
 def test_parameters_kept_as_objects_by_older_threads_are_still_read(
@@ -115,26 +160,6 @@ def test_parameters_kept_as_objects_by_older_threads_are_still_read(
         client.responses.retrieve(response.id)
 
 
-def test_an_existing_conversations_parameters_are_written_after_its_input(
-    serve: Callable[..., Server], tmp_path: Path
-) -> None:
-    # The metadata write comes once the input is accepted (while the engine is called),
-    # not while the turn starts; a run refused (413) writes none.
-    server = serve(top="max_input_bytes = 100\n")
-    client = sdk(server)
-    thread_id = client.conversations.create().id
-    response = client.responses.create(model=MODEL, input="hello", conversation=thread_id)
-    assert response.output_text == "You said: hello"
-    kinds = [r["k"] for r in records(tmp_path, thread_id)]
-    assert kinds.count("meta") == 1
-    assert kinds.index("events") < kinds.index("meta")  # the turn's start came first
-    with pytest.raises(openai.APIStatusError) as refused:
-        client.responses.create(model=MODEL, input="x" * 200, conversation=thread_id)
-    assert refused.value.status_code == 413
-    assert [r["k"] for r in records(tmp_path, thread_id)].count("meta") == 1
-    assert client.responses.retrieve(response.id).output_text == "You said: hello"
-
-
 def test_a_response_on_an_unknown_conversation_is_a_404_that_writes_nothing(
     serve: Callable[..., Server], tmp_path: Path
 ) -> None:
@@ -148,10 +173,31 @@ def test_a_response_on_an_unknown_conversation_is_a_404_that_writes_nothing(
     assert client.conversations.create().id  # and the server goes on
 
 
+def test_a_refused_response_writes_nothing(serve: Callable[..., Server], tmp_path: Path) -> None:
+    # A run refused (413: over max_input_bytes, which the parameters count towards) is
+    # refused before anything is journaled for it.
+    server = serve(top="max_input_bytes = 200\n")
+    client = sdk(server)
+    thread_id = client.conversations.create().id
+    response = client.responses.create(model=MODEL, input="hello", conversation=thread_id)
+    assert response.output_text == "You said: hello"
+    size = journal(tmp_path, thread_id).stat().st_size
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.responses.create(model=MODEL, input="x" * 300, conversation=thread_id)
+    assert refused.value.status_code == 413
+    big = [{"type": "function", "name": "f", "description": "d" * 300}]
+    with pytest.raises(openai.APIStatusError) as refused:  # the text fits, its tools do not
+        client.responses.create(model=MODEL, input="hi", conversation=thread_id, tools=big)  # type: ignore[list-item]
+    assert refused.value.status_code == 413
+    assert journal(tmp_path, thread_id).stat().st_size == size
+    assert client.responses.retrieve(response.id).output_text == "You said: hello"
+
+
 def test_a_response_refused_for_a_full_queue_keeps_no_parameters(
     serve: Callable[..., Server], tmp_path: Path
 ) -> None:
-    # A 429 (the thread's queue is full) is refused before anything is written for it.
+    # A 429 (the thread's queue is full) is refused before anything is written for it; a
+    # response queued behind a running one carries its parameters on its InputAccepted.
     server = serve(top="submission_queue_capacity = 1\n")
     client = sdk(server)
     thread_id = client.conversations.create().id
@@ -162,12 +208,23 @@ def test_a_response_refused_for_a_full_queue_keeps_no_parameters(
         )
     ]
     with pytest.raises(openai.RateLimitError):
-        for _ in range(3):
+        for i in range(3):
             accepted.append(
                 client.responses.create(
-                    model=MODEL, input="more", conversation=thread_id, background=True
+                    model=MODEL,
+                    input="more",
+                    conversation=thread_id,
+                    background=True,
+                    metadata={"i": str(i)},
                 )
             )
-    metas = [r for r in records(tmp_path, thread_id) if r["k"] == "meta"]
-    assert len(metas) == len(accepted)  # one write per accepted response, none for the 429
-    assert len(metas[-1]["extra"]["openai_responses"]) == len(accepted)
+    for response in accepted:
+        while client.responses.retrieve(response.id).status in ("queued", "in_progress"):
+            pass
+    carried = [e for e in events(tmp_path, thread_id) if e.get("metadata")]
+    assert [e["turn_id"] for e in carried] == [r.id.removeprefix("resp_") for r in accepted]
+    assert [r["k"] for r in records(tmp_path, thread_id)].count("meta") == 0
+    if len(accepted) > 1:  # the second waited behind the first: its InputAccepted has them
+        assert carried[1]["type"] == "input_accepted"
+        fetched = client.responses.retrieve(accepted[1].id)
+        assert fetched.metadata == {"i": "0"} and fetched.output_text == "You said: more"

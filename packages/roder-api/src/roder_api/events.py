@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -77,9 +78,16 @@ def _usage(value: Any) -> TokenUsage:
 @register("turn_started")
 @dataclass(frozen=True, slots=True)
 class TurnStarted(Record):
-    """A turn began."""
+    """A turn began.
+
+    ``metadata``: what the submitter attached to the turn's input (``UserInput.metadata``),
+    never interpreted by the runtime. It is journaled once, on the turn's first event: here,
+    unless the input waited and its ``InputAccepted`` carries it (None when nothing was, as
+    in journals written before it was recorded).
+    """
 
     turn_id: str
+    metadata: Mapping[str, Any] | None = None
 
 
 @register("model_step_started")
@@ -255,12 +263,13 @@ class InputAccepted(Record):
     ``steer`` True), or the turn compacts first. ``turn_id`` is the turn the input starts or
     steers. It is answered once a ``UserMessage`` with its text is journaled in that turn; a
     session that opens on a thread with unanswered input runs it (or, for a turn that died,
-    journals it into that turn before closing it).
+    journals it into that turn before closing it). ``metadata`` as for ``TurnStarted``.
     """
 
     turn_id: str
     text: str
     steer: bool = False
+    metadata: Mapping[str, Any] | None = None
 
 
 Event: TypeAlias = (

@@ -37,8 +37,10 @@ class ServerSession(Protocol):
         client_tools: Sequence[ToolSpec] = (),
         tool_results: Sequence[ToolResultRecord] = (),
         instructions: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> str:
-        """Submit input (accepted once it returns); return its turn id."""
+        """Submit input (accepted once it returns); return its turn id. ``metadata`` is
+        journaled with the input (``TurnStarted.metadata``)."""
         ...
 
     def interrupt(self, turn_id: str) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,13 @@ import anyio
 import anyio.abc
 
 from roder_api.codec import to_dict
-from roder_api.errors import BusyError, RoderError, StoppedError, ThreadBusyError
+from roder_api.errors import (
+    BusyError,
+    InputTooLargeError,
+    RoderError,
+    StoppedError,
+    ThreadBusyError,
+)
 from roder_api.events import (
     InputAccepted,
     JournalEvent,
@@ -206,11 +212,13 @@ class Dispatcher:
         client_tools: Sequence[ToolSpec] = (),
         tool_results: Sequence[ToolResultRecord] = (),
         instructions: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> tuple[str, str]:
         """Accept a run; return ``(turn_id, status)`` once its input is journaled.
 
         ``instructions`` replace the configured ones for this turn; like client tools they
         live in the session that runs it (503 while another process holds the thread).
+        ``metadata`` is journaled with the input (its ``InputAccepted``/``TurnStarted``).
 
         Raise :class:`Problem` 409 for ``reject`` while a turn runs, 413 over
         ``max_input_bytes``, 429 when the thread's queue is full.
@@ -242,16 +250,25 @@ class Dispatcher:
                         "instructions need it here",
                         headers={"Retry-After": "1"},
                     )
-                accepted = await self._journal_input(thread_id, text, turn_id, multitask)
+                accepted = await self._journal_input(thread_id, text, turn_id, multitask, metadata)
                 await self._dispatch(thread_id, accepted[0])
                 return accepted
             held.in_flight += 1
             try:
                 return await self._submit_here(
-                    session, text, turn_id, multitask, client_tools, tool_results, instructions
+                    session,
+                    text,
+                    turn_id,
+                    multitask,
+                    client_tools,
+                    tool_results,
+                    instructions,
+                    metadata,
                 )
             except StoppedError:
                 continue  # it closed meanwhile: open another
+            except InputTooLargeError as exc:  # the text with its metadata
+                raise Problem(413, str(exc), error=type(exc).__name__) from None
             except BusyError as exc:
                 raise Problem(
                     429, str(exc), error=type(exc).__name__, headers={"Retry-After": "1"}
@@ -269,6 +286,7 @@ class Dispatcher:
         client_tools: Sequence[ToolSpec] = (),
         tool_results: Sequence[ToolResultRecord] = (),
         instructions: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> tuple[str, str]:
         running = session.running_turn_id
         if running is not None:
@@ -290,11 +308,17 @@ class Dispatcher:
             client_tools=client_tools,
             tool_results=tool_results,
             instructions=instructions,
+            metadata=metadata,
         )
         return accepted, "queued" if busy else "running"
 
     async def _journal_input(
-        self, thread_id: str, text: str, turn_id: str, multitask: str
+        self,
+        thread_id: str,
+        text: str,
+        turn_id: str,
+        multitask: str,
+        metadata: Mapping[str, Any] | None = None,
     ) -> tuple[str, str]:
         # Another process holds the lease: journal the input; its session answers it.
         store = await self.store()
@@ -308,7 +332,7 @@ class Dispatcher:
                     error="ThreadBusyError",
                     running_turn_id=running[0],
                 )
-        await store.append_events(thread_id, [InputAccepted(turn_id, text)])
+        await store.append_events(thread_id, [InputAccepted(turn_id, text, metadata=metadata)])
         return turn_id, "queued"
 
     async def _dispatch(self, thread_id: str, turn_id: str) -> None:

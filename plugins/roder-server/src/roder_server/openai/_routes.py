@@ -2,12 +2,15 @@
 
 A conversation is a thread; a response is a turn (``resp_<turn id>``). The turn id names
 its thread (``<thread id>.r<hex>``), so any worker finds a response's thread from its id
-alone. What a request asked for that the journal does not hold (the model as asked, the
-instructions, the tools, ``previous_response_id``, ``background``) is kept in the thread's
-``extra`` under ``openai_responses`` (with the thread's creation, or while the run is
-submitted) before anything is answered, so every worker rebuilds
-the same Response and the same stream from the journal: nothing lives in process memory.
-Errors are in the OpenAI shape (``{"error": {"message", "type", "param", "code"}}``).
+alone. What a request asked for that the transcript does not hold (the model as asked, the
+instructions, the tools, ``previous_response_id``, ``background``) is journaled with the
+turn's input, as the ``metadata`` of its first event (``TurnStarted``, or ``InputAccepted``
+when the input waits), under ``openai_response``: written once, in the append that accepts
+the input, so every worker rebuilds the same Response and the same stream from the journal
+and nothing lives in process memory. (Threads written before kept them in the thread's
+``extra`` under ``openai_responses``; those are still read, and a deleted response is
+marked there.) Errors are in the OpenAI shape (``{"error": {"message", "type", "param",
+"code"}}``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from roder_api.events import InputAccepted
 from roder_api.inference import ToolSpec
 from roder_api.threads import ThreadMetadata, ThreadStore, validate_thread_id
 from roder_api.transcript import ToolResultRecord
@@ -60,8 +64,10 @@ from roder_server.openai._projection import (
 )
 
 EXTRA_KEY = "openai_responses"
-"""The thread ``extra`` key holding each response's request parameters, by turn id: each
-one JSON text (threads written before hold JSON objects there; both are read)."""
+"""The thread ``extra`` key marking deleted responses, by turn id (and where threads written
+before kept each response's parameters: JSON text or objects, still read)."""
+META_KEY = "openai_response"
+"""The key of a response's request parameters in its turn's ``metadata``."""
 _DEFAULTS: Mapping[str, Any] = {
     "instructions": None,
     "previous_response_id": None,
@@ -72,8 +78,8 @@ _DEFAULTS: Mapping[str, Any] = {
 """Parameters left out of a kept entry when they have these values (read back as them)."""
 
 _LOCKS = [anyio.Semaphore(1) for _ in range(64)]
-"""The per-thread serialisation of the ``extra`` read-modify-writes in this process
-(semaphores: a response's write releases it in another task than the one that took it)."""
+"""The per-thread serialisation of the ``extra`` read-modify-writes (deletes) in this
+process."""
 _FIELDS = frozenset(
     {
         "model",
@@ -113,17 +119,20 @@ def _thread_of(resp_id: str) -> tuple[str, str]:
 
 
 async def _params(store: ThreadStore, thread_id: str, turn_id: str) -> dict[str, Any]:
-    """Return what the request of a response asked for; 404 when the response was deleted
-    or never was. A response whose parameters were lost (another worker wrote the thread's
-    ``extra`` over them at the same moment) is still served from its journal."""
+    """Return what the request of a response asked for, with ``journal_after``; 404 when
+    the response was deleted or never was. The parameters are its turn's first event's
+    (found by paging back from the journal's end); a thread written before keeps them in
+    its ``extra``."""
     extra = (await store.get_thread(thread_id)).extra or {}
     found = _unpacked(dict(extra.get(EXTRA_KEY) or {}).get(turn_id))
-    if isinstance(found, Mapping) and not found.get("deleted"):
-        return {**_DEFAULTS, **found}
-    if found is None:
-        entries = await store.read_events(thread_id)
-        if any(getattr(e.event, "turn_id", None) == turn_id for e in entries):
-            return {}
+    if isinstance(found, Mapping):
+        if not found.get("deleted"):
+            return {**_DEFAULTS, **found}
+    else:
+        start = await _turn_start(store, thread_id, turn_id)
+        if start is not None:
+            sequence, kept = start
+            return {**_DEFAULTS, **kept, "journal_after": sequence - 1}
     raise not_found(f"no response {response_id(turn_id)!r}", "response_id")
 
 
@@ -173,10 +182,10 @@ async def _remember(
     turn_id: str,
     params: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """Keep ``params`` as the response's entry in the thread's ``extra``; return it."""
+    """Keep ``params`` as the response's entry in the thread's ``extra`` (a deletion's
+    mark); return it."""
     # ``update_thread`` replaces ``extra`` whole: the read-modify-write is serialised per
-    # thread in this process (another worker writing at the same moment can still win; the
-    # response is then served from its journal with the parameters it lost).
+    # thread in this process.
     async with _LOCKS[hash(thread_id) % len(_LOCKS)]:
         metadata = await store.get_thread(thread_id)
         entry = dict(params)
@@ -187,25 +196,17 @@ async def _remember(
 def _with_entry(
     metadata: ThreadMetadata | None, turn_id: str, entry: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Return the thread's ``extra`` with ``entry`` as the response ``turn_id``'s.
-
-    The entry is kept as one JSON text without its default values: the thread's ``extra``
-    holds every earlier response's entry and is written (and checked by the store, value
-    by value) whole with each new one, so each earlier response costs one value there, not
-    a walk of its parameters.
-    """
+    """Return the thread's ``extra`` with ``entry`` (as one JSON text) as the response
+    ``turn_id``'s."""
     extra = dict((metadata.extra if metadata is not None else None) or {})
-    extra[EXTRA_KEY] = {**dict(extra.get(EXTRA_KEY) or {}), turn_id: _packed(entry)}
+    text = orjson.dumps(_kept(entry)).decode()
+    extra[EXTRA_KEY] = {**dict(extra.get(EXTRA_KEY) or {}), turn_id: text}
     return extra
 
 
-def _packed(entry: Mapping[str, Any]) -> str:
-    """Return ``entry`` as kept: JSON text, its default values left out."""
-    kept = {k: v for k, v in entry.items() if k not in _DEFAULTS or v != _DEFAULTS[k]}
-    try:
-        return orjson.dumps(kept).decode()
-    except TypeError as exc:  # the request's JSON held what JSON text cannot carry
-        raise bad_request(f"the request's parameters cannot be kept: {exc}") from None
+def _kept(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``entry`` as kept: its default values left out."""
+    return {k: v for k, v in entry.items() if k not in _DEFAULTS or v != _DEFAULTS[k]}
 
 
 def _unpacked(found: object) -> object:
@@ -224,56 +225,64 @@ async def _start(
     thread_id: str,
     create: bool,
     params: Mapping[str, Any],
-    submit: Callable[[str, str], Awaitable[object]],
+    submit: Callable[[str, str, Mapping[str, Any]], Awaitable[object]],
     feed: AppendFeed,
 ) -> tuple[str, dict[str, Any]]:
-    """Keep a new response's parameters and submit its run (on a new thread ``thread_id``
-    when ``create``); return ``(turn id, entry)`` once both are durable.
+    """Submit a new response's run with its parameters (on a new thread ``thread_id`` when
+    ``create``); return ``(turn id, entry)`` once its input is durable.
 
-    A new conversation is created with the parameters in its ``extra`` (one write). On an
-    existing thread the run is submitted first (404 for an unknown conversation):
-    ``journal_after``, where the response's stream folds from, is the sequence before its
-    turn's first event, which ``feed`` (listening since before the submit) was handed
-    when the input was journaled here. The parameters are then written while the engine
-    is called, not while the turn starts (a write of the thread's metadata then would
-    stand in the way of the turn's reads of the journal), and not at all for a run
-    refused (a 413, a 429). Nothing is streamed before both are durable.
+    The parameters are the ``metadata`` of the turn's input: journaled in the append that
+    accepts it, nothing written for a run refused (a 413, a 429), nothing streamed before it
+    is durable. On an existing thread (404 for an unknown conversation) ``journal_after``,
+    where the response's stream folds from, is the sequence before its turn's first event,
+    which ``feed`` (listening since before the submit) was handed when the input was
+    journaled here.
     """
     turn_id = _new_turn_id(thread_id)
+    metadata = {META_KEY: _kept(params)}
     if create:
-        entry = {**params, "journal_after": 0}
-        extra = _with_entry(None, turn_id, entry)
-        await tenant.runtime.create_thread(thread_id, extra=extra)
-        await submit(thread_id, turn_id)
-        return turn_id, entry
-    await submit(thread_id, turn_id)
+        await tenant.runtime.create_thread(thread_id)
+        await submit(thread_id, turn_id, metadata)
+        return turn_id, {**params, "journal_after": 0}
+    await submit(thread_id, turn_id, metadata)
     first = feed.first_of(turn_id)
     if first is None:  # not handed over (an overflow): find it in the journal
-        first = await _first_of(store, thread_id, turn_id)
-    entry = {**params, "journal_after": first - 1}
-    return turn_id, await _remember(store, thread_id, turn_id, entry)
+        start = await _turn_start(store, thread_id, turn_id)
+        if start is None:
+            raise RuntimeError(f"the input of {turn_id!r} is not in thread {thread_id!r}")
+        first = start[0]
+    return turn_id, {**params, "journal_after": first - 1}
 
 
-async def _first_of(store: ThreadStore, thread_id: str, turn_id: str) -> int:
-    """Return the sequence of turn ``turn_id``'s first event (its input, just journaled:
-    the journal is paged back from its end)."""
+async def _turn_start(
+    store: ThreadStore, thread_id: str, turn_id: str
+) -> tuple[int, Mapping[str, Any]] | None:
+    """Return the sequence of turn ``turn_id``'s first event and the response parameters
+    its input was journaled with (empty when it carries none), or None when the journal
+    holds no event of the turn.
+
+    The journal is paged back from its end to the turn's first event: the one carrying its
+    parameters (they ride on it), else its ``InputAccepted``; a turn with neither (not a
+    response of this surface) is looked for back to the journal's start.
+    """
     first: int | None = None
     before: int | None = None
     while True:
         page = await store.event_page(thread_id, before=before, limit=256)
-        mine = [e.sequence for e in page.events if getattr(e.event, "turn_id", None) == turn_id]
-        if mine:
-            first = mine[0]
-            if first > page.events[0].sequence:
-                return first  # an earlier event of the page is not the turn's
-        elif first is not None:
-            return first  # the page before the turn's first
+        for entry in reversed(page.events):
+            event = entry.event
+            if getattr(event, "turn_id", None) != turn_id:
+                continue
+            first = entry.sequence
+            metadata = getattr(event, "metadata", None)
+            found = metadata.get(META_KEY) if isinstance(metadata, Mapping) else None
+            if isinstance(found, Mapping):
+                return first, found
+            if isinstance(event, InputAccepted) and not event.steer:
+                return first, {}
         if page.next_before is None:
-            break
+            return None if first is None else (first, {})
         before = page.next_before
-    if first is None:
-        raise RuntimeError(f"the input of {turn_id!r} is not in thread {thread_id!r}")
-    return first
 
 
 def _new_turn_id(thread_id: str) -> str:
@@ -345,9 +354,15 @@ async def create_response(request: Request) -> Response:
     if instructions is not None:
         extras["instructions"] = instructions
 
-    async def submit(thread: str, turn: str) -> object:
+    async def submit(thread: str, turn: str, metadata: Mapping[str, Any]) -> object:
         return await tenant.dispatcher.submit(
-            thread, parsed.text or "", turn_id=turn, engine=engine, model=model, **extras
+            thread,
+            parsed.text or "",
+            turn_id=turn,
+            engine=engine,
+            model=model,
+            metadata=metadata,
+            **extras,
         )
 
     create = thread_id is None
