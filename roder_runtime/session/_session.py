@@ -21,7 +21,6 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from roder_api.codec import check_value, dumps_json
 from roder_api.errors import BusyError, InputTooLargeError, RecorderError, StoppedError
 from roder_api.events import (
     AbortReason,
@@ -42,7 +41,7 @@ from roder_runtime.session._tools import SessionTools
 from roder_runtime.store._journal import ThreadJournal
 from roder_runtime.tools._tool_step import ApproveToolCall
 from roder_runtime.turn._driver import TurnDriver
-from roder_runtime.turn._edges import SubmittedInput, turn_end
+from roder_runtime.turn._edges import SubmittedInput, input_bytes, turn_end
 
 
 class Session(JournalFollowing):
@@ -224,7 +223,8 @@ class Session(JournalFollowing):
             return None
         if not isinstance(op, (UserInput, Steer)):
             raise TypeError(f"not a session op: {op!r}")
-        self._check_size(op.text, op.metadata if isinstance(op, UserInput) else None)
+        metadata = op.metadata if isinstance(op, UserInput) else None
+        self._check_size(op.text, metadata)
         if isinstance(op, Steer):
             if self._preempt is not None:
                 self._preempt.set()
@@ -237,7 +237,6 @@ class Session(JournalFollowing):
                 return turn.turn_id
         turn_id = turn_id or new_id("turn")
         async with self.tools.turn_input(turn_id, op, self.journal):  # checked, then kept
-            metadata = op.metadata if isinstance(op, UserInput) else None
             return await self._submit_input(op.text, turn_id, announce=True, metadata=metadata)
 
     async def submit_turn(self, text: str, turn_id: str) -> str:
@@ -283,10 +282,7 @@ class Session(JournalFollowing):
         self._check_usable()
 
     def _check_size(self, text: str, metadata: Mapping[str, Any] | None = None) -> None:
-        size = len(text.encode("utf-8"))
-        if metadata is not None:  # journaled with the input: JSON data, counted with it
-            check_value(metadata, what="the input's metadata", depth=3)
-            size += len(dumps_json(metadata))
+        size = input_bytes(text, metadata)
         if size > self._max_input_bytes:
             raise InputTooLargeError(size, self._max_input_bytes)
 

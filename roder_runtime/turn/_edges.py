@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 
+from roder_api.codec import check_value, dumps_json
 from roder_api.events import (
     AbortReason,
     ErrorEvent,
@@ -71,6 +72,17 @@ class SubmittedInput:
         else its ``TurnStarted``."""
         metadata, self.metadata = self.metadata, None
         return metadata
+
+
+def input_bytes(text: str, metadata: Mapping[str, Any] | None = None) -> int:
+    """Return what an input weighs against ``max_input_bytes``: its text's UTF-8 bytes and
+    its metadata's JSON, which is journaled with it (``UnserializableEventError`` when the
+    metadata is not JSON data)."""
+    size = len(text.encode("utf-8"))
+    if metadata is not None:
+        check_value(metadata, what="the input's metadata", depth=3)
+        size += len(dumps_json(metadata))
+    return size
 
 
 def turn_end(

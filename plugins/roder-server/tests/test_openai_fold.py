@@ -158,7 +158,7 @@ async def test_a_feed_says_where_a_turn_starts_or_that_it_cannot(tmp_path: Path)
     # A response on an existing conversation folds from just before its turn's first
     # event, as handed over to the feed when its input was journaled (no metadata read).
     from roder_api.events import InputAccepted, TurnStarted
-    from roder_server.openai._routes import _turn_start
+    from roder_server.openai._params import turn_start as _turn_start
 
     store = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
     try:

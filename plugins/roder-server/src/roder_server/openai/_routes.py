@@ -2,15 +2,10 @@
 
 A conversation is a thread; a response is a turn (``resp_<turn id>``). The turn id names
 its thread (``<thread id>.r<hex>``), so any worker finds a response's thread from its id
-alone. What a request asked for that the transcript does not hold (the model as asked, the
-instructions, the tools, ``previous_response_id``, ``background``) is journaled with the
-turn's input, as the ``metadata`` of its first event (``TurnStarted``, or ``InputAccepted``
-when the input waits), under ``openai_response``: written once, in the append that accepts
-the input, so every worker rebuilds the same Response and the same stream from the journal
-and nothing lives in process memory. (Threads written before kept them in the thread's
-``extra`` under ``openai_responses``; those are still read, and a deleted response is
-marked there.) Errors are in the OpenAI shape (``{"error": {"message", "type", "param",
-"code"}}``).
+alone. What a request asked for that the transcript does not hold is journaled with the
+turn's input (:mod:`roder_server.openai._params`), so every worker rebuilds the same
+Response and the same stream from the journal: nothing lives in process memory. Errors are
+in the OpenAI shape (``{"error": {"message", "type", "param", "code"}}``).
 """
 
 from __future__ import annotations
@@ -26,9 +21,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from roder_api.events import InputAccepted
 from roder_api.inference import ToolSpec
-from roder_api.threads import ThreadMetadata, ThreadStore, validate_thread_id
+from roder_api.threads import ThreadStore, validate_thread_id
 from roder_api.transcript import ToolResultRecord
 from roder_server.openai._conversations import (
     add_conversation_items,
@@ -56,30 +50,19 @@ from roder_server.openai._http import (
     read_body,
     tenant_of,
 )
+from roder_server.openai._params import (
+    META_KEY,
+    kept_params,
+    mark_deleted,
+    response_params,
+    turn_start,
+)
 from roder_server.openai._projection import (
     ResponseProjection,
     call_id_of_approval,
-    response_id,
     turn_id_of,
 )
 
-EXTRA_KEY = "openai_responses"
-"""The thread ``extra`` key marking deleted responses, by turn id (and where threads written
-before kept each response's parameters: JSON text or objects, still read)."""
-META_KEY = "openai_response"
-"""The key of a response's request parameters in its turn's ``metadata``."""
-_DEFAULTS: Mapping[str, Any] = {
-    "instructions": None,
-    "previous_response_id": None,
-    "tools": [],
-    "background": False,
-    "metadata": {},
-}
-"""Parameters left out of a kept entry when they have these values (read back as them)."""
-
-_LOCKS = [anyio.Semaphore(1) for _ in range(64)]
-"""The per-thread serialisation of the ``extra`` read-modify-writes (deletes) in this
-process."""
 _FIELDS = frozenset(
     {
         "model",
@@ -116,24 +99,6 @@ def _thread_of(resp_id: str) -> tuple[str, str]:
         return validate_thread_id(thread_id), turn_id or ""
     except ValueError:
         raise not_found(f"no response {resp_id!r}", "response_id") from None
-
-
-async def _params(store: ThreadStore, thread_id: str, turn_id: str) -> dict[str, Any]:
-    """Return what the request of a response asked for, with ``journal_after``; 404 when
-    the response was deleted or never was. The parameters are its turn's first event's
-    (found by paging back from the journal's end); a thread written before keeps them in
-    its ``extra``."""
-    extra = (await store.get_thread(thread_id)).extra or {}
-    found = _unpacked(dict(extra.get(EXTRA_KEY) or {}).get(turn_id))
-    if isinstance(found, Mapping):
-        if not found.get("deleted"):
-            return {**_DEFAULTS, **found}
-    else:
-        start = await _turn_start(store, thread_id, turn_id)
-        if start is not None:
-            sequence, kept = start
-            return {**_DEFAULTS, **kept, "journal_after": sequence - 1}
-    raise not_found(f"no response {response_id(turn_id)!r}", "response_id")
 
 
 def _projection(thread_id: str, turn_id: str, params: Mapping[str, Any]) -> ResponseProjection:
@@ -176,49 +141,6 @@ def _sse(batches: AsyncIterator[list[dict[str, Any]]], starting_after: int) -> S
     )
 
 
-async def _remember(
-    store: ThreadStore,
-    thread_id: str,
-    turn_id: str,
-    params: Mapping[str, Any],
-) -> dict[str, Any]:
-    """Keep ``params`` as the response's entry in the thread's ``extra`` (a deletion's
-    mark); return it."""
-    # ``update_thread`` replaces ``extra`` whole: the read-modify-write is serialised per
-    # thread in this process.
-    async with _LOCKS[hash(thread_id) % len(_LOCKS)]:
-        metadata = await store.get_thread(thread_id)
-        entry = dict(params)
-        await store.update_thread(thread_id, extra=_with_entry(metadata, turn_id, entry))
-        return entry
-
-
-def _with_entry(
-    metadata: ThreadMetadata | None, turn_id: str, entry: Mapping[str, Any]
-) -> dict[str, Any]:
-    """Return the thread's ``extra`` with ``entry`` (as one JSON text) as the response
-    ``turn_id``'s."""
-    extra = dict((metadata.extra if metadata is not None else None) or {})
-    text = orjson.dumps(_kept(entry)).decode()
-    extra[EXTRA_KEY] = {**dict(extra.get(EXTRA_KEY) or {}), turn_id: text}
-    return extra
-
-
-def _kept(entry: Mapping[str, Any]) -> dict[str, Any]:
-    """Return ``entry`` as kept: its default values left out."""
-    return {k: v for k, v in entry.items() if k not in _DEFAULTS or v != _DEFAULTS[k]}
-
-
-def _unpacked(found: object) -> object:
-    """Return a kept entry as a mapping (JSON text, or an object as older threads hold)."""
-    if isinstance(found, str):
-        try:
-            return orjson.loads(found)
-        except orjson.JSONDecodeError:
-            return None
-    return found
-
-
 async def _start(
     tenant: Any,
     store: ThreadStore,
@@ -239,7 +161,7 @@ async def _start(
     journaled here.
     """
     turn_id = _new_turn_id(thread_id)
-    metadata = {META_KEY: _kept(params)}
+    metadata = {META_KEY: kept_params(params)}
     if create:
         await tenant.runtime.create_thread(thread_id)
         await submit(thread_id, turn_id, metadata)
@@ -247,42 +169,11 @@ async def _start(
     await submit(thread_id, turn_id, metadata)
     first = feed.first_of(turn_id)
     if first is None:  # not handed over (an overflow): find it in the journal
-        start = await _turn_start(store, thread_id, turn_id)
+        start = await turn_start(store, thread_id, turn_id)
         if start is None:
             raise RuntimeError(f"the input of {turn_id!r} is not in thread {thread_id!r}")
         first = start[0]
     return turn_id, {**params, "journal_after": first - 1}
-
-
-async def _turn_start(
-    store: ThreadStore, thread_id: str, turn_id: str
-) -> tuple[int, Mapping[str, Any]] | None:
-    """Return the sequence of turn ``turn_id``'s first event and the response parameters
-    its input was journaled with (empty when it carries none), or None when the journal
-    holds no event of the turn.
-
-    The journal is paged back from its end to the turn's first event: the one carrying its
-    parameters (they ride on it), else its ``InputAccepted``; a turn with neither (not a
-    response of this surface) is looked for back to the journal's start.
-    """
-    first: int | None = None
-    before: int | None = None
-    while True:
-        page = await store.event_page(thread_id, before=before, limit=256)
-        for entry in reversed(page.events):
-            event = entry.event
-            if getattr(event, "turn_id", None) != turn_id:
-                continue
-            first = entry.sequence
-            metadata = getattr(event, "metadata", None)
-            found = metadata.get(META_KEY) if isinstance(metadata, Mapping) else None
-            if isinstance(found, Mapping):
-                return first, found
-            if isinstance(event, InputAccepted) and not event.steer:
-                return first, {}
-        if page.next_before is None:
-            return None if first is None else (first, {})
-        before = page.next_before
 
 
 def _new_turn_id(thread_id: str) -> str:
@@ -324,7 +215,7 @@ async def create_response(request: Request) -> Response:
         if not isinstance(previous, str):
             raise bad_request("'previous_response_id' must be a string", "previous_response_id")
         thread_id, previous_turn = _thread_of(previous)
-        await _params(store, thread_id, previous_turn)  # 404 for an unknown response
+        await response_params(store, thread_id, previous_turn)  # 404 for an unknown response
     elif conversation is not None:
         thread_id = conversation_id(conversation)  # its existence is checked by _start
     elif parsed.approvals:
@@ -389,7 +280,7 @@ async def _answer(
     feed: AppendFeed | None = None,
 ) -> Response:
     if params is None:
-        params = await _params(store, thread_id, turn_id)
+        params = await response_params(store, thread_id, turn_id)
     projection = _projection(thread_id, turn_id, params)
     # Its session is here (it was just submitted here): the appends are handed over.
     here = tenant.dispatcher.local_session(thread_id) is not None
@@ -419,7 +310,7 @@ def _function_tools(tools: Any) -> tuple[ToolSpec, ...]:
 async def get_response(request: Request) -> Response:
     thread_id, turn_id = _thread_of(request.path_params["response_id"])
     store = await tenant_of(request).store()
-    projection = _projection(thread_id, turn_id, await _params(store, thread_id, turn_id))
+    projection = _projection(thread_id, turn_id, await response_params(store, thread_id, turn_id))
     if request.query_params.get("stream") in ("true", "1"):
         text = request.query_params.get("starting_after") or "-1"
         try:
@@ -436,7 +327,7 @@ async def cancel_response(request: Request) -> Response:
     thread_id, turn_id = _thread_of(request.path_params["response_id"])
     tenant = tenant_of(request)
     store = await tenant.store()
-    projection = _projection(thread_id, turn_id, await _params(store, thread_id, turn_id))
+    projection = _projection(thread_id, turn_id, await response_params(store, thread_id, turn_id))
     async for _ in fold_response(store, projection, follow=False):
         pass
     if not projection.done:
@@ -454,15 +345,15 @@ async def delete_response(request: Request) -> Response:
     resp_id = request.path_params["response_id"]
     thread_id, turn_id = _thread_of(resp_id)
     store = await tenant_of(request).store()
-    await _params(store, thread_id, turn_id)
-    await _remember(store, thread_id, turn_id, {"deleted": True})
+    await response_params(store, thread_id, turn_id)
+    await mark_deleted(store, thread_id, turn_id)
     return json_response({"id": resp_id, "object": "response.deleted", "deleted": True})
 
 
 async def response_input_items(request: Request) -> Response:
     thread_id, turn_id = _thread_of(request.path_params["response_id"])
     store = await tenant_of(request).store()
-    await _params(store, thread_id, turn_id)
+    await response_params(store, thread_id, turn_id)
     entries = await store.read_events(thread_id)
     items = [i for i in items_of(entries, turn_id) if i.get("role") == "user"]
     return json_response(list_page(items))
