@@ -22,13 +22,7 @@ import anyio
 import anyio.abc
 
 from roder_api.codec import to_dict
-from roder_api.errors import (
-    BusyError,
-    InputTooLargeError,
-    RoderError,
-    StoppedError,
-    ThreadBusyError,
-)
+from roder_api.errors import BusyError, RoderError, StoppedError, ThreadBusyError
 from roder_api.events import (
     InputAccepted,
     JournalEvent,
@@ -267,8 +261,6 @@ class Dispatcher:
                 )
             except StoppedError:
                 continue  # it closed meanwhile: open another
-            except InputTooLargeError as exc:  # the text with its metadata
-                raise Problem(413, str(exc), error=type(exc).__name__) from None
             except BusyError as exc:
                 raise Problem(
                     429, str(exc), error=type(exc).__name__, headers={"Retry-After": "1"}

@@ -15,6 +15,7 @@ from starlette.responses import Response
 from roder_api.errors import RoderError, ThreadNotFoundError
 from roder_api.events import ItemCompleted, JournalEvent
 from roder_api.threads import validate_thread_id
+from roder_server._problems import from_error
 from roder_server.openai._convert import OpenAIError, bad_request, item_json, not_found
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -41,6 +42,11 @@ def openai_errors(endpoint: Endpoint) -> Endpoint:
             return json_response(not_found(str(exc)).body(), 404)
         except (RoderError, ValueError) as exc:
             status = getattr(exc, "status", None)
+            if status is None and isinstance(exc, RoderError):
+                # The server's one mapping of Roder's errors (InputTooLargeError 413, a
+                # StoreError 503, ...); one it does not know is the request's (400).
+                status = from_error(exc).status
+                status = None if status == 500 else status
             if isinstance(status, int) and 400 <= status < 600:  # the core's Problem
                 kind = "invalid_request_error" if status < 500 else "server_error"
                 return json_response(
