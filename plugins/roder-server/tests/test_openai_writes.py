@@ -10,7 +10,9 @@ parameters are the ``metadata`` of its turn's first event (``TurnStarted``, or
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -218,13 +220,49 @@ def test_a_response_refused_for_a_full_queue_keeps_no_parameters(
                     metadata={"i": str(i)},
                 )
             )
+    deadline = time.monotonic() + 60
     for response in accepted:
         while client.responses.retrieve(response.id).status in ("queued", "in_progress"):
-            pass
+            assert time.monotonic() < deadline, f"{response.id} never ended"
+            time.sleep(0.05)
     carried = [e for e in events(tmp_path, thread_id) if e.get("metadata")]
     assert [e["turn_id"] for e in carried] == [r.id.removeprefix("resp_") for r in accepted]
     assert [r["k"] for r in records(tmp_path, thread_id)].count("meta") == 0
-    if len(accepted) > 1:  # the second waited behind the first: its InputAccepted has them
-        assert carried[1]["type"] == "input_accepted"
-        fetched = client.responses.retrieve(accepted[1].id)
-        assert fetched.metadata == {"i": "0"} and fetched.output_text == "You said: more"
+    # The second waited behind the first (the queue holds one): its InputAccepted has them.
+    assert len(accepted) == 2 and carried[1]["type"] == "input_accepted"
+    fetched = client.responses.retrieve(accepted[1].id)
+    assert fetched.metadata == {"i": "0"} and fetched.output_text == "You said: more"
+
+
+def test_two_servers_write_responses_on_one_conversation_at_once(
+    serve: Callable[..., Server], tmp_path: Path
+) -> None:
+    # Two `roder serve` processes on one store: A holds the conversation's session, B
+    # journals its responses' input (with their parameters) for A to answer. Written at
+    # the same moment from both, every response keeps its own parameters (the old extra
+    # entries could overwrite each other) and reads back the same from either server.
+    a = serve()
+    (tmp_path / "b").mkdir()
+    b = serve(home=tmp_path / "b", store_home=tmp_path)
+    by = {"a": sdk(a), "b": sdk(b)}
+    first = by["a"].responses.create(model=MODEL, input="start")
+    assert first.conversation is not None
+    thread_id = first.conversation.id
+
+    def create(name: str, i: int) -> Any:
+        return by[name].responses.create(
+            model=MODEL, input=f"{name}{i}", conversation=thread_id, metadata={"by": name}
+        )
+
+    with ThreadPoolExecutor(6) as pool:
+        made = list(pool.map(create, ["a", "b"] * 3, [0, 0, 1, 1, 2, 2]))
+    assert a.lease_holder_pid(thread_id) == a.worker_pids()[0]  # B's were answered by A
+    carried = [e for e in events(tmp_path, thread_id) if e.get("metadata")]
+    assert len(carried) == 7 and any(e["type"] == "input_accepted" for e in carried)
+    assert [r["k"] for r in records(tmp_path, thread_id)].count("meta") == 0
+    for response in made:
+        name = response.metadata["by"]
+        for client in by.values():
+            fetched = client.responses.retrieve(response.id)
+            assert fetched.metadata == {"by": name}
+            assert fetched.output_text == f"You said: {name}{response.output_text[-1]}"
