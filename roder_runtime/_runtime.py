@@ -184,13 +184,7 @@ class Runtime:
         """
         thread_id = validate_thread_id(thread_id) if thread_id is not None else uuid.uuid4().hex
         now = int(time.time() * 1000)
-        metadata = ThreadMetadata(
-            thread_id=thread_id,
-            created_at_ms=now,
-            updated_at_ms=now,
-            title=title,
-            extra=dict(extra or {}),
-        )
+        metadata = ThreadMetadata(thread_id, now, now, title, extra=dict(extra or {}))
         return await self._bounded(
             f"create of thread {thread_id!r}", lambda store: store.create_thread(metadata)
         )
@@ -321,6 +315,7 @@ class Runtime:
         owner: str | None = None,
         tools: Sequence[str] | None = None,
         follow_journal: bool = False,
+        create: bool = False,
     ) -> SessionStart[Session]:
         """Return a running session on a thread (``engine``: an engine id, default the default).
 
@@ -341,12 +336,16 @@ class Runtime:
         ``follow_journal=True`` makes the session answer input that other processes
         journal on the thread without the lease (``InputAccepted``) and take the approval
         decisions they journal (``roder serve`` with several workers).
+
+        ``create=True`` creates the thread (as ``create_thread(thread_id)``;
+        ``ThreadExistsError`` when the id is taken) while the lease is taken, and reads
+        nothing back: a new conversation's first turn starts sooner.
         """
-        return SessionStart(
-            self._open_session(
-                thread_id, engine, model, owner or self.name, tools, follow_journal=follow_journal
-            )
+        owner = owner or self.name
+        opening = self._open_session(
+            thread_id, engine, model, owner, tools, follow=follow_journal, create=create
         )
+        return SessionStart(opening)
 
     def offered_tools(self, names: Sequence[str] | None = None) -> dict[str, Tool]:
         """Return the tools a session offers for ``names`` (see ``start_session``)."""
@@ -363,7 +362,8 @@ class Runtime:
         tools: Sequence[str] | None = None,
         approvals: bool = True,
         *,
-        follow_journal: bool = False,
+        follow: bool = False,
+        create: bool = False,
     ) -> Session:
         from roder_runtime.session._session import Session
         from roder_runtime.session._tools import SessionTools
@@ -371,7 +371,8 @@ class Runtime:
         offered = self.offered_tools(tools)
         chosen = self.engine(engine)
         model_id = model or self.default_model(chosen)
-        await self.get_thread(thread_id)
+        if not create:
+            await self.get_thread(thread_id)  # ThreadNotFoundError before any lease is taken
         journal = await self.journal(thread_id)
         session = Session(
             journal=journal,
@@ -380,7 +381,7 @@ class Runtime:
             model=model_id,
             lease=journal.store.lease(thread_id, owner=owner),
             on_close=self._sessions.discard,
-            follow_journal=follow_journal,
+            follow_journal=follow,
             tools=SessionTools(
                 offered,
                 self.config.tools,
@@ -389,7 +390,7 @@ class Runtime:
                 approvals=approvals,
             ),
         )
-        await session.start()
+        await session.start(functools.partial(self.create_thread, thread_id) if create else None)
         self._sessions.add(session)
         return session
 

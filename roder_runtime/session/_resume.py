@@ -10,7 +10,10 @@ until it has met the acceptance of every turn the thread's metadata says is open
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+
+import anyio
 
 from roder_api.errors import SequenceConflictError
 from roder_api.events import (
@@ -26,7 +29,7 @@ from roder_api.events import (
     TurnComplete,
     TurnStarted,
 )
-from roder_api.threads import ThreadMetadata
+from roder_api.threads import ThreadLease, ThreadMetadata
 from roder_api.transcript import AssistantMessage, UserMessage
 from roder_runtime.model._ids import new_id
 from roder_runtime.session._recorder import EventRecorder
@@ -36,6 +39,50 @@ from roder_runtime.turn._edges import turn_end
 
 _PAGE = 256
 _TRIES = 5
+
+
+async def take_lease(
+    lease: AbstractAsyncContextManager[ThreadLease],
+    create: Callable[[], Awaitable[ThreadMetadata]] | None = None,
+) -> tuple[ThreadLease, ThreadMetadata | None]:
+    """Enter ``lease``; with ``create``, create the thread meanwhile and return its metadata.
+
+    A session opening on a thread it creates (``Runtime.start_session(create=True)``) takes
+    the lease and creates the thread at once (two store calls side by side: a lease never
+    needs its thread to exist) and has nothing to read back: the new thread's metadata is
+    what ``create`` returned. When either fails the lease is released again and the
+    create's error comes first (``ThreadExistsError`` when the id is taken); a thread
+    created while the lease was refused stays created.
+    """
+    if create is None:
+        return await lease.__aenter__(), None
+    made: list[ThreadMetadata] = []
+    errors: list[Exception | None] = [None, None]  # the create's, the lease's
+
+    async def make() -> None:
+        try:
+            made.append(await create())
+        except Exception as exc:  # noqa: BLE001 - raised below, after the lease is settled
+            errors[0] = exc
+
+    held: ThreadLease | None = None
+    try:
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(make)
+            try:
+                held = await lease.__aenter__()
+            except Exception as exc:  # noqa: BLE001 - raised below, after the create
+                errors[1] = exc
+        error = errors[0] or errors[1]
+        if error is not None:
+            raise error
+    except BaseException:
+        if held is not None:
+            with anyio.CancelScope(shield=True):
+                await lease.__aexit__(None, None, None)
+        raise
+    assert held is not None
+    return held, made[0]
 
 
 async def read_tail(

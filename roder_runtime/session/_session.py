@@ -28,7 +28,7 @@ from roder_api.events import (
     JournalEvent,
 )
 from roder_api.inference import InferenceEngine
-from roder_api.threads import ThreadLease
+from roder_api.threads import ThreadLease, ThreadMetadata
 from roder_api.transcript import UserMessage
 from roder_runtime.model._catalog import ModelCatalog
 from roder_runtime.model._ids import new_id
@@ -36,7 +36,7 @@ from roder_runtime.session._follow import JournalFollowing
 from roder_runtime.session._io import RecorderSink, TurnInbox
 from roder_runtime.session._ops import Interrupt, Op, Steer, UserInput
 from roder_runtime.session._recorder import EventRecorder
-from roder_runtime.session._resume import find_leftovers
+from roder_runtime.session._resume import find_leftovers, take_lease
 from roder_runtime.session._tools import SessionTools
 from roder_runtime.store._journal import ThreadJournal
 from roder_runtime.tools._tool_step import ApproveToolCall
@@ -102,10 +102,11 @@ class Session(JournalFollowing):
 
     # --- lifecycle -------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, create: Callable[[], Awaitable[ThreadMetadata]] | None = None) -> None:
         """Take the lease (or raise ``ThreadBusyError``), start the tasks, and close the
-        turn a dead session left running; the input it accepted is run as turns."""
-        self.lease = await self._lease_cm.__aenter__()
+        turn a dead session left running; the input it accepted is run as turns. ``create``
+        makes the thread meanwhile (``take_lease``): nothing is read back then."""
+        self.lease, created = await take_lease(self._lease_cm, create)
         try:
             task_group = anyio.create_task_group()
             await task_group.__aenter__()
@@ -117,7 +118,7 @@ class Session(JournalFollowing):
         try:
             # One read before the leftovers (none missed): where the follower starts, and
             # the open turns the leftovers are looked for from.
-            metadata = await self.journal.metadata()
+            metadata = created or await self.journal.metadata()
             followed = metadata.last_sequence if self._follow else 0
             leftovers = await find_leftovers(self.journal, self.recorder, metadata)
         except BaseException:
@@ -243,8 +244,7 @@ class Session(JournalFollowing):
         """Queue ``text`` as a turn with a chosen id, journaling it with the turn itself.
 
         ``Runtime.run_turn`` uses it: its caller waits for the whole turn, so the input is
-        journaled as the turn's ``UserMessage`` (after a compaction that comes first).
-        """
+        journaled as the turn's ``UserMessage`` (after a compaction that comes first)."""
         self._check_usable()
         self._check_size(text)
         return await self._submit_input(text, turn_id, announce=False)

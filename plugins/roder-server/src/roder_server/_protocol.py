@@ -111,6 +111,7 @@ class ServerRuntime(Protocol):
         owner: str | None = None,
         tools: Sequence[str] | None = None,
         follow_journal: bool = False,
+        create: bool = False,
     ) -> AbstractAsyncContextManager[ServerSession]:
-        """Return a session on a thread (holds its lease)."""
+        """Return a session on a thread (holds its lease; ``create``: on a new thread)."""
         ...

@@ -57,6 +57,7 @@ class _Held:
     engine: str | None
     model: str | None
     tools: tuple[str, ...] | None
+    create: bool = False
     ready: anyio.Event = field(default_factory=anyio.Event)
     session: ServerSession | None = None
     error: BaseException | None = None
@@ -207,12 +208,15 @@ class Dispatcher:
         tool_results: Sequence[ToolResultRecord] = (),
         instructions: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        create: bool = False,
     ) -> tuple[str, str]:
         """Accept a run; return ``(turn_id, status)`` once its input is journaled.
 
         ``instructions`` replace the configured ones for this turn; like client tools they
         live in the session that runs it (503 while another process holds the thread).
         ``metadata`` is journaled with the input (its ``InputAccepted``/``TurnStarted``).
+        ``create``: the thread is new, created here as its session opens
+        (``Runtime.start_session(create=True)``; ``ThreadExistsError`` when the id is taken).
 
         Raise :class:`Problem` 409 for ``reject`` while a turn runs, 413 over
         ``max_input_bytes``, 429 when the thread's queue is full.
@@ -227,8 +231,12 @@ class Dispatcher:
             )
         turn_id = turn_id or f"turn-{uuid.uuid4().hex}"
         chosen = tuple(tools) if tools is not None else None
+        if create and self.remote is not None:  # no session here: the dispatcher's answers it
+            await self.runtime.create_thread(thread_id)
+            create = False
         for _ in range(3):
-            held = await self._hold(thread_id, engine, model, chosen)
+            held = await self._hold(thread_id, engine, model, chosen, create)
+            create = False  # made (else the hold raised): a session opened again just opens
             session = held.session
             if session is None:
                 if client_tools or tool_results or instructions is not None:
@@ -375,6 +383,7 @@ class Dispatcher:
         engine: str | None,
         model: str | None,
         tools: tuple[str, ...] | None,
+        create: bool = False,
     ) -> _Held:
         if self.remote is not None:
             elsewhere = _Held(engine, model, tools)
@@ -385,7 +394,7 @@ class Dispatcher:
             await held.ready.wait()
             if held.session is not None or held.error is not None:
                 return self._checked(held)
-        held = _Held(engine, model, tools)
+        held = _Held(engine, model, tools, create)
         self._held[thread_id] = held
         assert self._tg is not None, "the dispatcher is not running"
         self._tg.start_soon(self._keep, thread_id, held)
@@ -406,6 +415,7 @@ class Dispatcher:
                 owner=self.owner,
                 tools=held.tools,
                 follow_journal=True,
+                create=held.create,
             ) as session:
                 held.session = session
                 held.ready.set()

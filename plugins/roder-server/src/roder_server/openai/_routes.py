@@ -142,12 +142,11 @@ def _sse(batches: AsyncIterator[list[dict[str, Any]]], starting_after: int) -> S
 
 
 async def _start(
-    tenant: Any,
     store: ThreadStore,
     thread_id: str,
     create: bool,
     params: Mapping[str, Any],
-    submit: Callable[[str, str, Mapping[str, Any]], Awaitable[object]],
+    submit: Callable[[str, str, Mapping[str, Any], bool], Awaitable[object]],
     feed: AppendFeed,
 ) -> tuple[str, dict[str, Any]]:
     """Submit a new response's run with its parameters (on a new thread ``thread_id`` when
@@ -162,11 +161,9 @@ async def _start(
     """
     turn_id = _new_turn_id(thread_id)
     metadata = {META_KEY: kept_params(params)}
+    await submit(thread_id, turn_id, metadata, create)  # create: as its session opens
     if create:
-        await tenant.runtime.create_thread(thread_id)
-        await submit(thread_id, turn_id, metadata)
         return turn_id, {**params, "journal_after": 0}
-    await submit(thread_id, turn_id, metadata)
     first = feed.first_of(turn_id)
     if first is None:  # not handed over (an overflow): find it in the journal
         start = await turn_start(store, thread_id, turn_id)
@@ -245,7 +242,7 @@ async def create_response(request: Request) -> Response:
     if instructions is not None:
         extras["instructions"] = instructions
 
-    async def submit(thread: str, turn: str, metadata: Mapping[str, Any]) -> object:
+    async def submit(thread: str, turn: str, metadata: Mapping[str, Any], create: bool) -> object:
         return await tenant.dispatcher.submit(
             thread,
             parsed.text or "",
@@ -253,6 +250,7 @@ async def create_response(request: Request) -> Response:
             engine=engine,
             model=model,
             metadata=metadata,
+            create=create,
             **extras,
         )
 
@@ -263,7 +261,7 @@ async def create_response(request: Request) -> Response:
     feed = AppendFeed(store, thread_id)
     try:
         with anyio.CancelScope(shield=True):  # a client that leaves does not cancel the run
-            turn_id, entry = await _start(tenant, store, thread_id, create, params, submit, feed)
+            turn_id, entry = await _start(store, thread_id, create, params, submit, feed)
     except BaseException:
         feed.close()
         raise
