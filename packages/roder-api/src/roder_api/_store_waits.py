@@ -10,8 +10,9 @@ loop); the poll stays, for appends by other processes.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
 import anyio
@@ -174,6 +175,7 @@ async def poll_for_events(
     *,
     watch: Callable[[str, anyio.Event], Callable[[], None]] | None = None,
     pauses: tuple[float, float] | None = None,
+    read: Callable[[str], Awaitable[int]] | None = None,
 ) -> int:
     """Wait until the thread's ``last_sequence`` is above ``after_sequence`` or ``timeout_s``
     passed; return it.
@@ -184,6 +186,12 @@ async def poll_for_events(
     other processes. A store that hears of other processes' appends passes ``watch``: it
     is given each waiter's event to set on such an append and returns how to forget it
     (PostgreSQL's ``LISTEN/NOTIFY``); its pauses are then only a recheck.
+
+    ``read`` returns a thread's last sequence (default: ``store.get_thread``'s). A poll
+    wakes at the next multiple of its pause (of the loop's clock), the same instant for
+    every waiter at that pause, so that the polls of many waiters meet in one pass of the
+    event loop, where a ``read`` that coalesces them (the kit's
+    :class:`~roder_api.storekit.BlockingThreadStore`) answers them with one store call.
     """
     deadline = anyio.current_time() + max(0.0, timeout_s)
     pause, longest = pauses or store.wait_poll_s
@@ -192,11 +200,16 @@ async def poll_for_events(
         waiter = wakeups.add(thread_id)  # before the read: an append after it wakes us
         forget = watch(thread_id, waiter.event) if watch is not None else None
         try:
-            last = (await store.get_thread(thread_id)).last_sequence
-            left = deadline - anyio.current_time()
+            if read is not None:
+                last = await read(thread_id)
+            else:
+                last = (await store.get_thread(thread_id)).last_sequence
+            now = anyio.current_time()
+            left = deadline - now
             if last > after_sequence or left <= 0:
                 return last
-            with anyio.move_on_after(min(pause, left)):
+            wake_at = min((math.floor(now / pause) + 1) * pause, deadline)
+            with anyio.CancelScope(deadline=wake_at):  # the same instant for all: they meet
                 await waiter.event.wait()
             if waiter.last > after_sequence:
                 return waiter.last

@@ -237,7 +237,13 @@ class PostgresThreadStore(RelationalThreadStore):
         # The kit's wait (woken at once by this process's appends), also woken by a
         # notification from any process; the metadata is only reread every RECHECK_S.
         return await poll_for_events(
-            self, thread_id, after_sequence, timeout_s, watch=watch, pauses=(RECHECK_S, RECHECK_S)
+            self,
+            thread_id,
+            after_sequence,
+            timeout_s,
+            watch=watch,
+            pauses=(RECHECK_S, RECHECK_S),
+            read=self.read_last_sequence,
         )
 
     def close_sync(self) -> None:

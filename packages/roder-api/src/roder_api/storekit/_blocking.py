@@ -18,6 +18,7 @@ from typing import Any, ClassVar, TypeVar
 
 import anyio
 
+from roder_api._store_waits import poll_for_events
 from roder_api._thread_contract import (
     UNSET,
     EventPage,
@@ -38,6 +39,7 @@ from roder_api.storekit._checks import (
     validate_expected,
 )
 from roder_api.storekit._encoded import payloads_of
+from roder_api.storekit._polls import CoalescedReads
 from roder_api.storekit._workers import run_in_worker
 
 T = TypeVar("T")
@@ -68,6 +70,7 @@ class BlockingThreadStore(ThreadStore):
     """True once :meth:`aclose` was called; every method then raises ``StoppedError``."""
 
     _limiter: anyio.CapacityLimiter | None = None
+    _polls: CoalescedReads | None = None
 
     # --- hooks ----------------------------------------------------------------------------
 
@@ -218,7 +221,40 @@ class BlockingThreadStore(ThreadStore):
             after = events[-1].sequence
         return ThreadSnapshot(self.get_sync(thread_id), fold.turns())
 
+    def last_sequences_sync(self, thread_ids: Sequence[str]) -> dict[str, int | Exception]:
+        """Return each thread's last sequence, or the exception reading it raised.
+
+        The polls of :meth:`wait_for_events` made at once, read in one worker call; the
+        default asks :meth:`get_sync` for each (a store can answer with one query).
+        """
+        found: dict[str, int | Exception] = {}
+        for thread_id in thread_ids:
+            try:
+                found[thread_id] = self.get_sync(thread_id).last_sequence
+            except Exception as exc:  # noqa: BLE001 - this thread's poll raises it
+                found[thread_id] = self.translate_error(exc) or exc
+        return found
+
+    async def read_last_sequence(self, thread_id: str) -> int:
+        """Return the thread's last sequence: what :meth:`wait_for_events` polls, read
+        together with the polls of other threads made at once (one worker call)."""
+        if self._polls is None:
+            self._polls = CoalescedReads(
+                lambda thread_ids: self.run_sync(self.last_sequences_sync, thread_ids)
+            )
+        return await self._polls.last_sequence(thread_id)
+
     # --- the ThreadStore methods ----------------------------------------------------------
+
+    async def wait_for_events(self, thread_id: str, after_sequence: int, timeout_s: float) -> int:
+        """Return the thread's last sequence once it is above ``after_sequence``, or after
+        ``timeout_s`` (see :meth:`ThreadStore.wait_for_events`): woken at once by this
+        store's appends in this event loop; the polls for other processes' appends of
+        every waiting thread share one worker call (:meth:`read_last_sequence`)."""
+        validate_thread_id(thread_id)
+        return await poll_for_events(
+            self, thread_id, after_sequence, timeout_s, read=self.read_last_sequence
+        )
 
     async def create_thread(self, metadata: ThreadMetadata) -> ThreadMetadata:
         """Create a thread; raise ``ThreadExistsError`` when the id is taken."""
