@@ -1,14 +1,14 @@
 """A session that opens on a thread it creates (``Runtime.start_session(create=True)``).
 
-The thread is created while the lease is taken, and nothing is read back: the store's
-metadata is never asked for before the first turn. A taken id, a refused lease and a
-cancelled open each leave the lease free.
+The lease is taken and the thread created while the first turn starts, and nothing is
+read back: the store's metadata is never asked for. Its journal waits for both: a taken
+id or a refused lease is raised by ``submit``, nothing is journaled, and the lease is
+left free; a close while the create runs waits for it and releases the lease.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -16,6 +16,7 @@ import pytest
 from roder_api.errors import ThreadBusyError, ThreadExistsError, ThreadNotFoundError
 from roder_api.events import TurnComplete, TurnStarted
 from roder_api.threads import ThreadMetadata
+from roder_api.transcript import UserMessage
 from roder_runtime import UserInput
 
 from .conftest import make_runtime
@@ -48,55 +49,68 @@ async def test_a_session_creates_its_thread_and_reads_nothing_back(
         assert (await runtime.get_thread("fresh")).last_sequence == len(events)
 
 
-async def test_a_taken_id_raises_thread_exists_and_the_lease_stays_free(tmp_path: Path) -> None:
+async def test_a_taken_id_is_raised_by_submit_and_the_thread_is_untouched(
+    tmp_path: Path,
+) -> None:
     async with make_runtime(tmp_path) as runtime:
         await runtime.create_thread("taken")
-        with pytest.raises(ThreadExistsError):
-            await runtime.start_session("taken", create=True)
-        async with runtime.start_session("taken") as session:  # the lease was released
+        await runtime.persist_turn_item("taken", "old", UserMessage("mine"))
+        async with runtime.start_session("taken", create=True) as session:
+            with pytest.raises(ThreadExistsError):
+                await session.submit(UserInput("hello"))
+            assert session.idle  # nothing left to do: a server closes it
+            with pytest.raises(ThreadExistsError):
+                await session.submit(UserInput("again"))
+        assert len(await journal(runtime, "taken")) == 1  # nothing journaled on it
+        async with runtime.start_session("taken") as session:  # the lease was never held
             await session.submit(UserInput("hi"))
             assert isinstance((await session.next_event()).event, TurnStarted)
 
 
-async def test_a_refused_lease_raises_busy_and_the_thread_stays_created(tmp_path: Path) -> None:
+async def test_a_refused_lease_is_raised_by_submit_and_the_thread_stays_created(
+    tmp_path: Path,
+) -> None:
     async with make_runtime(tmp_path) as runtime:
         store = await runtime.store()
         async with store.lease("held", owner="someone else"):
-            with pytest.raises(ThreadBusyError) as refused:
-                await runtime.start_session("held", create=True)
-            assert refused.value.holder is not None
-            assert refused.value.holder.owner == "someone else"
+            async with runtime.start_session("held", create=True) as session:
+                with pytest.raises(ThreadBusyError) as refused:
+                    await session.submit(UserInput("hello"))
+                assert refused.value.holder is not None
+                assert refused.value.holder.owner == "someone else"
         assert (await runtime.get_thread("held")).last_sequence == 0
         async with runtime.start_session("held") as session:
             await session.submit(UserInput("hi"))
             assert isinstance((await session.next_event()).event, TurnStarted)
 
 
-async def test_an_open_cancelled_while_creating_leaves_the_lease_free(
+async def test_the_first_turn_waits_for_a_slow_create_and_a_close_meanwhile_frees_the_lease(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with make_runtime(tmp_path) as runtime:
         store = await runtime.store()
+        create = store.create_thread
         started = anyio.Event()
 
-        async def stuck(metadata: ThreadMetadata) -> Any:
+        async def slow(metadata: ThreadMetadata) -> ThreadMetadata:
             started.set()
-            await anyio.sleep(60)
+            await anyio.sleep(0.5)
+            return await create(metadata)
 
-        monkeypatch.setattr(store, "create_thread", stuck)
-        with anyio.fail_after(10):
-            async with anyio.create_task_group() as task_group:
-
-                async def open_it() -> None:
-                    await runtime.start_session("slow", create=True)
-
-                task_group.start_soon(open_it)
+        monkeypatch.setattr(store, "create_thread", slow)
+        with anyio.fail_after(20):
+            async with runtime.start_session("slow", create=True) as session:
+                await started.wait()  # open: the create still under way
+                with pytest.raises(ThreadNotFoundError):
+                    await runtime.get_thread("slow")  # opened before the thread exists
+                await session.submit(UserInput("hello"), turn_id="t1")  # journaled: made
+                assert (await runtime.get_thread("slow")).last_sequence >= 1
+                await events_until(session, TurnComplete)
+            async with runtime.start_session("closing", create=True):
                 await started.wait()
-                await anyio.sleep(0.05)  # the lease is taken by now, the create still waits
-                task_group.cancel_scope.cancel()
-        monkeypatch.undo()
-        with pytest.raises(ThreadNotFoundError):
-            await runtime.get_thread("slow")
-        with anyio.fail_after(10):
-            async with store.lease("slow", owner="after"):  # not left held
+            # Closed while its create ran: the create finished, the lease was released.
+            assert (await runtime.get_thread("closing")).last_sequence == 0
+            async with store.lease("closing", owner="after"):
                 pass
+        events = await journal(runtime, "slow")
+        assert isinstance(events[0], TurnStarted) and isinstance(events[-1], TurnComplete)

@@ -1,4 +1,4 @@
-"""A session's queue entries, its plugin-facing ops, and following its journal.
+"""A session's plugin-facing ops, and following its journal.
 
 A process that cannot take a thread's lease (another holds it) still accepts input: it
 journals ``InputAccepted`` without the lease (appends never need it), and approval
@@ -7,19 +7,20 @@ decisions as ``ToolApprovalDecided``. The lease holder's session, started with
 answers that input in journal order, and hands a decision to the call that waits for it.
 :class:`JournalFollowing` is the part of :class:`~roder_runtime.session._session.Session` that
 does it, with the ops plugins call without importing the op classes (``submit_input``,
-``decide_tool_call``).
+``decide_tool_call``, ``interrupt``, ``running_turn_id``, ``compaction_preempt``).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 
-from roder_api.events import InputAccepted, JournalEvent, ToolApprovalDecided
+from roder_api.events import AbortReason, InputAccepted, JournalEvent, ToolApprovalDecided
 from roder_api.inference import ToolSpec
 from roder_api.transcript import ToolResultRecord
 from roder_runtime.session._ops import Op, Steer, UserInput
@@ -55,6 +56,7 @@ class JournalFollowing:
     _queue: deque[SubmittedInput]
     _queue_signal: anyio.Event
     _closing: bool
+    _preempt: anyio.Event | None
 
     def submit(self, op: Op, *, turn_id: str | None = None) -> Awaitable[str | None]:
         """Submit an op (the session's)."""
@@ -79,15 +81,45 @@ class JournalFollowing:
         answered) goes first, as the follower would have queued it. Taking it twice is harmless
         (:meth:`take_journaled_input` skips what is this session's already).
         """
-        if self._follow:
+        if self._follow and not self.journal.being_created:  # (new: nobody knew it)
             for entry in await self.journal.read_events(after=self._followed):
                 event = entry.event
                 if isinstance(event, InputAccepted) and not event.steer:
                     self.take_journaled_input(event.turn_id, event.text)
 
     @property
+    def running_turn_id(self) -> str | None:
+        """Return the id of the turn running now, or None."""
+        turn = self._turn
+        return turn.turn_id if turn is not None and not turn.finished else None
+
+    def interrupt(self, turn_id: str) -> None:
+        """Stop turn ``turn_id`` now (running or queued); do nothing for any other id."""
+        turn = self._turn
+        if turn is not None and turn.turn_id == turn_id:
+            turn.abort(AbortReason.INTERRUPTED)
+            return
+        for queued in self._queue:
+            if queued.turn_id == turn_id:
+                queued.interrupted = True
+
+    @contextlib.contextmanager
+    def compaction_preempt(self) -> Iterator[anyio.Event]:
+        """Return an event that a ``Steer`` sets while this block runs (give it to
+        ``Runtime.compact_with_provider(..., preempt=event)``: steering discards it)."""
+        event = anyio.Event()
+        previous, self._preempt = self._preempt, event
+        try:
+            yield event
+        finally:
+            self._preempt = previous
+
+    @property
     def idle(self) -> bool:
-        """Return True when no turn runs, none is queued and every event is delivered."""
+        """Return True when no turn runs, none is queued and every event is delivered, or
+        once nothing more can happen (its recorder failed: ``submit`` raises why)."""
+        if self.recorder.failure is not None:
+            return True
         return self._turn is None and not self._queue and self.recorder.held == 0
 
     async def submit_input(
@@ -151,6 +183,10 @@ class JournalFollowing:
         # processes does not hang on how soon it asks, as every submit first takes the
         # input journaled elsewhere that it has not read (_take_unread_input).
         journal = self.journal
+        try:
+            await journal.created()  # a thread being created: followed once it is
+        except Exception:  # noqa: BLE001 - the session's calls raise it
+            return
         handed = _Handed()
         # Opened to answer input submitted here: its appends are handed over first. Input
         # journaled elsewhere meanwhile is taken by that submit, or polled LOCAL_S later.

@@ -15,7 +15,7 @@ from contextlib import AbstractAsyncContextManager
 
 import anyio
 
-from roder_api.errors import SequenceConflictError
+from roder_api.errors import SequenceConflictError, StoppedError
 from roder_api.events import (
     AbortReason,
     AssistantContentDelta,
@@ -41,18 +41,57 @@ _PAGE = 256
 _TRIES = 5
 
 
+class NewThread:
+    """The lease and the create of a thread that a session opens on as it creates it
+    (``Runtime.start_session(create=True)``), run while the session starts its first turn.
+
+    Until :meth:`run` has done both, every store call of the session's journal waits
+    (``ThreadJournal.creating``), so nothing is journaled before the thread exists and its
+    lease is held; the engine may be called meanwhile. ``error`` is what stopped it.
+    """
+
+    def __init__(
+        self,
+        journal: ThreadJournal,
+        lease: AbstractAsyncContextManager[ThreadLease],
+        create: Callable[[], Awaitable[ThreadMetadata]],
+    ) -> None:
+        self._created = journal.creating()
+        self._lease_cm = lease
+        self._create = create
+        self.done = anyio.Event()
+        self.error: BaseException | None = None
+
+    async def run(self) -> ThreadLease | None:
+        """Take the lease and create the thread; return the lease (None: ``error`` says why).
+
+        Shielded: a lease taken is never lost to a cancellation (the create is bounded).
+        """
+        lease: ThreadLease | None = None
+        error: BaseException | None = StoppedError("the session closed before its thread was made")
+        try:
+            with anyio.CancelScope(shield=True):
+                lease, _ = await take_lease(self._lease_cm, self._create)
+            error = None
+        except Exception as exc:  # noqa: BLE001 - raised by the session's calls
+            error = exc
+        finally:
+            self.error = error
+            self._created(error)
+            self.done.set()
+        return lease
+
+
 async def take_lease(
     lease: AbstractAsyncContextManager[ThreadLease],
     create: Callable[[], Awaitable[ThreadMetadata]] | None = None,
 ) -> tuple[ThreadLease, ThreadMetadata | None]:
     """Enter ``lease``; with ``create``, create the thread meanwhile and return its metadata.
 
-    A session opening on a thread it creates (``Runtime.start_session(create=True)``) takes
-    the lease and creates the thread at once (two store calls side by side: a lease never
-    needs its thread to exist) and has nothing to read back: the new thread's metadata is
-    what ``create`` returned. When either fails the lease is released again and the
-    create's error comes first (``ThreadExistsError`` when the id is taken); a thread
-    created while the lease was refused stays created.
+    Two store calls side by side (a lease never needs its thread to exist). When either
+    fails the lease is released again and the create's error comes first
+    (``ThreadExistsError`` when the id is taken); a thread created while the lease was
+    refused stays created.
     """
     if create is None:
         return await lease.__aenter__(), None

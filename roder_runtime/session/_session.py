@@ -12,9 +12,8 @@ they are shielded from that task's cancellation, which closes the session throug
 
 from __future__ import annotations
 
-import contextlib
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -36,7 +35,7 @@ from roder_runtime.session._follow import JournalFollowing
 from roder_runtime.session._io import RecorderSink, TurnInbox
 from roder_runtime.session._ops import Interrupt, Op, Steer, UserInput
 from roder_runtime.session._recorder import EventRecorder
-from roder_runtime.session._resume import find_leftovers, take_lease
+from roder_runtime.session._resume import NewThread, find_leftovers
 from roder_runtime.session._tools import SessionTools
 from roder_runtime.store._journal import ThreadJournal
 from roder_runtime.tools._tool_step import ApproveToolCall
@@ -86,6 +85,7 @@ class Session(JournalFollowing):
         self._close_reason = AbortReason.CLOSED
         self._error: BaseException | None = None
         self._lease_cm = lease
+        self._new: NewThread | None = None
         self._tasks: list[anyio.CancelScope] = []
         self._worker_done = anyio.Event()
         self._recorder_done = anyio.Event()
@@ -105,22 +105,29 @@ class Session(JournalFollowing):
     async def start(self, create: Callable[[], Awaitable[ThreadMetadata]] | None = None) -> None:
         """Take the lease (or raise ``ThreadBusyError``), start the tasks, and close the
         turn a dead session left running; the input it accepted is run as turns. ``create``
-        makes the thread meanwhile (``take_lease``): nothing is read back then."""
-        self.lease, created = await take_lease(self._lease_cm, create)
+        makes the thread, and the lease is taken, while the first turn starts
+        (:class:`NewThread`; its error is raised by ``submit``)."""
+        if create is None:
+            self.lease = await self._lease_cm.__aenter__()
         try:
             task_group = anyio.create_task_group()
             await task_group.__aenter__()
         except BaseException:
-            await self._lease_cm.__aexit__(None, None, None)
+            await self._release_lease()
             raise
         self._task_group = task_group
         task_group.start_soon(self._shielded, self._run_recorder)
         try:
-            # One read before the leftovers (none missed): where the follower starts, and
-            # the open turns the leftovers are looked for from.
-            metadata = created or await self.journal.metadata()
-            followed = metadata.last_sequence if self._follow else 0
-            leftovers = await find_leftovers(self.journal, self.recorder, metadata)
+            followed, leftovers = 0, []
+            if create is not None:  # a new thread: nothing to read back
+                self._new = NewThread(self.journal, self._lease_cm, create)
+                task_group.start_soon(self._open_new, self._new)
+            else:
+                # One read before the leftovers (none missed): where the follower starts,
+                # and the open turns the leftovers are looked for from.
+                metadata = await self.journal.metadata()
+                followed = metadata.last_sequence if self._follow else 0
+                leftovers = await find_leftovers(self.journal, self.recorder, metadata)
         except BaseException:
             await self._shutdown()
             raise
@@ -132,6 +139,16 @@ class Session(JournalFollowing):
         self._own_turns.update(t for t, _, _ in leftovers)
         task_group.start_soon(self._shielded, self._run_worker)
         self._start_following(task_group, followed)
+
+    async def _open_new(self, new: NewThread) -> None:
+        self.lease = await new.run()
+
+    async def _release_lease(self) -> None:
+        with anyio.CancelScope(shield=True):
+            if self._new is not None:
+                await self._new.done.wait()  # taken or refused: never left half-taken
+            if self.lease is not None:
+                await self._lease_cm.__aexit__(None, None, None)
 
     async def _shielded(self, run: Callable[[], Awaitable[None]]) -> None:
         # The opener's cancellation must not tear a turn apart: aclose stops the tasks.
@@ -175,8 +192,7 @@ class Session(JournalFollowing):
             if task_group is not None:
                 await task_group.__aexit__(None, None, None)
         finally:
-            with anyio.CancelScope(shield=True):
-                await self._lease_cm.__aexit__(None, None, None)
+            await self._release_lease()
 
     async def _stop_tasks(self) -> None:
         self._closing = self._sink.closing = True
@@ -199,12 +215,6 @@ class Session(JournalFollowing):
         await self.aclose()
 
     # --- submitting ------------------------------------------------------------------------
-
-    @property
-    def running_turn_id(self) -> str | None:
-        """Return the id of the turn running now, or None."""
-        turn = self._turn
-        return turn.turn_id if turn is not None and not turn.finished else None
 
     async def submit(self, op: Op, *, turn_id: str | None = None) -> str | None:
         """Submit an op; return the turn id a ``UserInput`` (or a ``Steer``) goes to.
@@ -278,7 +288,11 @@ class Session(JournalFollowing):
     async def _wait_persisted(self) -> None:
         # Shielded: a cancelled caller's input is accepted all the same (see ``submit``).
         with anyio.CancelScope(shield=True):
-            await self.recorder.wait_persisted()
+            try:
+                await self.recorder.wait_persisted()
+            except RecorderError:
+                self._check_usable()  # a new thread's own error first (not made, busy)
+                raise
         self._check_usable()
 
     def _check_size(self, text: str, metadata: Mapping[str, Any] | None = None) -> None:
@@ -297,32 +311,13 @@ class Session(JournalFollowing):
     def _check_usable(self) -> None:
         if self._closing:
             raise StoppedError("the session is closed; start a new one")
+        if self._new is not None and self._new.error is not None:
+            raise self._new.error  # the thread was not made, or its lease was refused
         failure = self._error or self.recorder.failure
         if failure is not None:
             error = StoppedError(f"the session stopped: {failure}; start a new one")
             error.__cause__ = failure
             raise error
-
-    def interrupt(self, turn_id: str) -> None:
-        """Stop turn ``turn_id`` now (running or queued); do nothing for any other id."""
-        turn = self._turn
-        if turn is not None and turn.turn_id == turn_id:
-            turn.abort(AbortReason.INTERRUPTED)
-            return
-        for queued in self._queue:
-            if queued.turn_id == turn_id:
-                queued.interrupted = True
-
-    @contextlib.contextmanager
-    def compaction_preempt(self) -> Iterator[anyio.Event]:
-        """Return an event that a ``Steer`` sets while this block runs (give it to
-        ``Runtime.compact_with_provider(..., preempt=event)``: steering discards it)."""
-        event = anyio.Event()
-        previous, self._preempt = self._preempt, event
-        try:
-            yield event
-        finally:
-            self._preempt = previous
 
     # --- events ----------------------------------------------------------------------------
 

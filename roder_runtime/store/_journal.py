@@ -106,6 +106,16 @@ class Journal(Protocol):
         ...
 
 
+class _Creating:
+    """A thread being created: set ``done`` once it is (``error``: what stopped it)."""
+
+    __slots__ = ("done", "error")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.error: BaseException | None = None
+
+
 class ThreadJournal:
     """A :class:`Journal` straight on the store, every call bounded by ``timeout_s``.
 
@@ -136,9 +146,44 @@ class ThreadJournal:
         self._tail: tuple[float, int, list[JournalEvent]] | None = None
         self._appends = 0
         self._appending = 0
+        self._creating: _Creating | None = None
+
+    def creating(self) -> Callable[[BaseException | None], None]:
+        """Mark the thread as being created (and its lease taken) for this journal's
+        session, and return the function to call once it is, with the error that
+        stopped it or None (``Runtime.start_session(create=True)``).
+
+        Until then every store call of this journal waits (then raises that error), and
+        the replay of the new thread is empty without a read.
+        """
+        gate = self._creating = _Creating()
+        self._tail = (anyio.current_time(), 0, [])  # a new thread: nothing to read back
+
+        def created(error: BaseException | None) -> None:
+            gate.error = error
+            gate.done.set()
+
+        return created
+
+    @property
+    def being_created(self) -> bool:
+        """Return True while the thread is being created (:meth:`creating`)."""
+        gate = self._creating
+        return gate is not None and not gate.done.is_set()
+
+    async def created(self) -> None:
+        """Return once a thread being created (:meth:`creating`) is; raise what stopped it."""
+        gate = self._creating
+        if gate is not None:
+            await gate.done.wait()
+            if gate.error is not None:
+                raise gate.error
+            self._creating = None
 
     async def bounded(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """Return ``await call()``; raise ``StoreError`` naming the store when it is late."""
+        if self._creating is not None:
+            await self.created()
         return await bounded_call(
             f"{what} of thread {self.thread_id!r}",
             call,
@@ -155,6 +200,8 @@ class ThreadJournal:
         store call, and this spares it a closure and two coroutines.
         """
         store, thread_id = self.store, self.thread_id
+        if self._creating is not None:
+            await self.created()
         self._tail = None
         self._appending += 1
         try:

@@ -1,9 +1,9 @@
 """A stream waiting on the store for other processes' appends takes a local hand-over at
 once: it never waits for its own store read (a poll behind a busy worker pool) to finish.
 
-A real JSONL store in a real app (``create_app`` with its lifespan); the store's
-``get_thread`` (what a stream's wait polls) is held in a worker thread, as a read queued
-behind many session starts is."""
+A real JSONL store in a real app (``create_app`` with its lifespan); the store's poll of a
+thread's last sequence (``read_last_sequence``, what a stream's wait polls) is held in a
+worker thread, as a read queued behind many session starts is."""
 
 from __future__ import annotations
 
@@ -18,27 +18,22 @@ from serve_support import stream_during, stream_sequences, two_stores, words
 from starlette.testclient import TestClient
 
 from roder_api.events import TurnComplete
-from roder_api.threads import ThreadMetadata
 from roder_runtime import Runtime
 from roder_server import ServerSettings, create_app
 
 
 def _hold_polls(store: Any, entered: threading.Event, gate: threading.Event) -> None:
-    """Hold every ``get_thread`` after the stream route's own (its existence check) in a
-    worker thread until ``gate`` opens (at most 60 s)."""
-    original = store.get_thread
-    calls = 0
+    """Hold every poll of a thread's last sequence in a worker thread until ``gate`` opens
+    (at most 60 s)."""
+    original = store.read_last_sequence
 
-    async def held(thread_id: str) -> ThreadMetadata:
-        nonlocal calls
-        calls += 1
-        if calls >= 2:
-            entered.set()
-            await anyio.to_thread.run_sync(gate.wait, 60)
-        result: ThreadMetadata = await original(thread_id)
+    async def held(thread_id: str) -> int:
+        entered.set()
+        await anyio.to_thread.run_sync(gate.wait, 60)
+        result: int = await original(thread_id)
         return result
 
-    store.get_thread = held
+    store.read_last_sequence = held
 
 
 def test_a_waiting_stream_takes_a_hand_over_without_finishing_its_store_read(
