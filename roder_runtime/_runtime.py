@@ -337,9 +337,10 @@ class Runtime:
         journal on the thread without the lease (``InputAccepted``) and take the approval
         decisions they journal (``roder serve`` with several workers).
 
-        ``create=True`` creates the thread (as ``create_thread(thread_id)``;
-        ``ThreadExistsError`` when the id is taken) while the lease is taken, and reads
-        nothing back: a new conversation's first turn starts sooner.
+        ``create=True`` opens on a thread it creates (as ``create_thread(thread_id)``): the
+        lease is taken and the thread made while the first turn starts, nothing is read
+        back, and a taken id (``ThreadExistsError``) or a refused lease is raised by
+        ``submit`` (docs/sessions.md).
         """
         owner = owner or self.name
         opening = self._open_session(
