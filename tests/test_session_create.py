@@ -8,13 +8,18 @@ left free; a close while the create runs waits for it and releases the lease.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from roder_api.errors import ThreadBusyError, ThreadExistsError, ThreadNotFoundError
 from roder_api.events import TurnComplete, TurnStarted
+from roder_api.inference import AgentInferenceRequest, InferenceEvent, InferenceTurnContext
+from roder_api.testing import ScriptedEngine
 from roder_api.threads import ThreadMetadata
 from roder_api.transcript import UserMessage
 from roder_runtime import UserInput
@@ -114,3 +119,54 @@ async def test_the_first_turn_waits_for_a_slow_create_and_a_close_meanwhile_free
                 pass
         events = await journal(runtime, "slow")
         assert isinstance(events[0], TurnStarted) and isinstance(events[-1], TurnComplete)
+
+
+class SlowFirstEngine(ScriptedEngine):
+    """A scripted engine whose answer starts 0.1 s after it is called."""
+
+    async def stream_turn(
+        self, ctx: InferenceTurnContext, request: AgentInferenceRequest
+    ) -> AsyncIterator[InferenceEvent]:
+        await anyio.sleep(0.1)
+        async with aclosing(super().stream_turn(ctx, request)) as events:
+            async for event in events:
+                yield event
+
+
+async def test_what_is_recorded_while_the_thread_is_made_goes_in_its_first_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The model's output comes after the turn's start was handed to the recorder.
+    async with make_runtime(tmp_path, SlowFirstEngine()) as runtime:
+        store = await runtime.store()
+        create = store.create_thread
+        made = anyio.Event()
+
+        async def slow(metadata: ThreadMetadata) -> ThreadMetadata:
+            await made.wait()
+            return await create(metadata)
+
+        monkeypatch.setattr(store, "create_thread", slow)
+        appends: list[int] = []
+        append = store.append_events
+
+        async def counted(thread_id: str, events: Any, **kwargs: Any) -> Any:
+            appends.append(len(events))
+            return await append(thread_id, events, **kwargs)
+
+        monkeypatch.setattr(store, "append_events", counted)
+        with anyio.fail_after(20):
+            async with runtime.start_session("made", create=True) as session:
+                async with anyio.create_task_group() as task_group:
+                    task_group.start_soon(session.submit, UserInput("hello"))
+                    # The turn's start and the model's first output are recorded while the
+                    # create waits.
+                    await anyio.sleep(0.5)
+                    waiting = session.recorder.held
+                    assert waiting >= 3
+                    made.set()
+                await events_until(session, TurnComplete)
+        events = await journal(runtime, "made")
+        assert isinstance(events[0], TurnStarted) and isinstance(events[-1], TurnComplete)
+        assert appends[0] == waiting, f"appends of {appends}: the first took not all that waited"
+        assert session.recorder.batches == len(appends)

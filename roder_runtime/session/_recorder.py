@@ -6,8 +6,7 @@ A session records its events here. The recorder
   ``RecorderFullError("event recorder queue is full")`` when its queue is full by count or
   by bytes; everything accepted before a refusal is still persisted and delivered, in order;
 - persists accepted events in the background, batching what has queued up into one
-  ``append_events`` call (one durable write for many events), and only then hands them to
-  the consumer (:meth:`EventRecorder.next_event`);
+  ``append_events`` call (one durable write), and only then hands them to the consumer;
 - coalesces consecutive text deltas of one stream (turn, model step, phase) up to
   :data:`COALESCE_BYTES` or :data:`COALESCE_SECONDS`: the first delta of a stream is queued at
   once, later ones wait in a pending batch that any other event, a phase or step change, a
@@ -19,8 +18,7 @@ A session records its events here. The recorder
   conditionally if asked (:meth:`EventRecorder.append_now`: a compaction's commit, closing
   a dead turn), and delivers it like any other;
 - encodes each event once: the bytes it counts against its budget are the bytes the store
-  writes (handed down as :class:`~roder_api.storekit.EncodedEvents`); text deltas are
-  counted by their text and encoded once, when their (merged) batch is persisted;
+  writes (:class:`~roder_api.storekit.EncodedEvents`; a (merged) delta when persisted);
 - stops for good when persisting fails: nothing more is delivered, and ``flush()``,
   ``next_event()`` and ``record()`` raise a ``RecorderError`` whose ``__cause__`` is the
   store's error.
@@ -33,7 +31,7 @@ everything recorded before it (backpressure).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -186,6 +184,8 @@ class EventRecorder:
         self._append_lock = anyio.Lock()
         self.batches = 0
         """How many ``append`` calls persisted events (for benchmarks and tests)."""
+        self.gather: Callable[[], Awaitable[None]] = anyio.lowlevel.checkpoint
+        """Awaited before a batch is taken, so that what is recorded meanwhile joins it."""
 
     # --- accepting --------------------------------------------------------------------------
 
@@ -301,10 +301,10 @@ class EventRecorder:
                 if pending is not None and anyio.current_time() >= pending.deadline:
                     self._flush_pending()
                 if self._to_persist:
-                    # One pass of the event loop first: what the tasks ready now record
-                    # joins this batch (a tool step's calls and their ToolCallStarted share
-                    # one sync instead of two back to back).
-                    await anyio.lowlevel.checkpoint()
+                    # One pass of the event loop first (``gather``): what the tasks ready
+                    # now record joins this batch (a tool step's calls and their
+                    # ToolCallStarted share one sync instead of two back to back).
+                    await self.gather()
                     async with self._append_lock:
                         await self._persist_batch()
                     if self._failure is not None:

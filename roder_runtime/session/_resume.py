@@ -10,10 +10,12 @@ until it has met the acceptance of every turn the thread's metadata says is open
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 
 import anyio
+import anyio.lowlevel
 
 from roder_api.errors import SequenceConflictError, StoppedError
 from roder_api.events import (
@@ -47,20 +49,32 @@ class NewThread:
 
     Until :meth:`run` has done both, every store call of the session's journal waits
     (``ThreadJournal.creating``), so nothing is journaled before the thread exists and its
-    lease is held; the engine may be called meanwhile. ``error`` is what stopped it.
+    lease is held; the engine may be called meanwhile, and what the recorder is given
+    meanwhile goes in the thread's first append (one sync: the engine's first delta often
+    comes before the create is done). ``error`` is what stopped it.
     """
 
     def __init__(
         self,
         journal: ThreadJournal,
+        recorder: EventRecorder,
         lease: AbstractAsyncContextManager[ThreadLease],
         create: Callable[[], Awaitable[ThreadMetadata]],
     ) -> None:
+        self._journal = journal
         self._created = journal.creating()
+        self._recorder = recorder
+        recorder.gather = self._until_made
         self._lease_cm = lease
         self._create = create
         self.done = anyio.Event()
         self.error: BaseException | None = None
+
+    async def _until_made(self) -> None:
+        with contextlib.suppress(Exception):  # the first append raises it
+            await self._journal.created()
+        self._recorder.gather = anyio.lowlevel.checkpoint
+        await anyio.lowlevel.checkpoint()
 
     async def run(self) -> ThreadLease | None:
         """Take the lease and create the thread; return the lease (None: ``error`` says why).

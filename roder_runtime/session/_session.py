@@ -120,7 +120,7 @@ class Session(JournalFollowing):
         try:
             followed, leftovers = 0, []
             if create is not None:  # a new thread: nothing to read back
-                self._new = NewThread(self.journal, self._lease_cm, create)
+                self._new = NewThread(self.journal, self.recorder, self._lease_cm, create)
                 task_group.start_soon(self._open_new, self._new)
             else:
                 # One read before the leftovers (none missed): where the follower starts,
