@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from roder_api.errors import StoreError, ThreadNotFoundError
+from roder_api.errors import StoppedError, StoreError, ThreadNotFoundError
 from roder_api.events import ItemCompleted
 from roder_api.storekit._polls import CoalescedReads
 from roder_api.threads import ThreadMetadata
@@ -173,7 +173,7 @@ async def test_a_leader_cancelled_while_reading_still_answers_the_others() -> No
 
 
 async def test_a_failed_read_fails_its_batch_and_the_next_read_tries_again() -> None:
-    failures = [OSError("disk gone")]
+    failures: list[Exception] = [OSError("disk gone")]
 
     async def read_many(thread_ids: Sequence[str]) -> dict[str, int | Exception]:
         if failures:
@@ -185,3 +185,6 @@ async def test_a_failed_read_fails_its_batch_and_the_next_read_tries_again() -> 
         await reads.last_sequence("t")
     assert isinstance(raised.value.__cause__, OSError)
     assert await reads.last_sequence("t") == 3
+    failures.append(StoppedError("the store is closed"))
+    with pytest.raises(StoppedError):  # Roder's own errors as the read alone raised them
+        await reads.last_sequence("t")

@@ -77,65 +77,40 @@ class NewThread:
         await anyio.lowlevel.checkpoint()
 
     async def run(self) -> ThreadLease | None:
-        """Take the lease and create the thread; return the lease (None: ``error`` says why).
+        """Take the lease and create the thread, side by side (a lease never needs its
+        thread to exist); return the lease, or None when either failed (``error`` says
+        why: the create's first, ``ThreadExistsError`` for a taken id). The lease is then
+        released again; a thread created while its lease was refused stays created.
 
         Shielded: a lease taken is never lost to a cancellation (the create is bounded).
         """
+        errors: list[BaseException] = []
+
+        async def make() -> None:
+            try:
+                await self._create()
+            except Exception as exc:  # noqa: BLE001 - the session's calls raise it
+                errors.insert(0, exc)  # the create's error comes first
+
         lease: ThreadLease | None = None
-        error: BaseException | None = StoppedError("the session closed before its thread was made")
         try:
             with anyio.CancelScope(shield=True):
-                lease, _ = await take_lease(self._lease_cm, self._create)
-            error = None
-        except Exception as exc:  # noqa: BLE001 - raised by the session's calls
-            error = exc
+                async with anyio.create_task_group() as task_group:
+                    task_group.start_soon(make)
+                    try:
+                        lease = await self._lease_cm.__aenter__()
+                    except Exception as exc:  # noqa: BLE001 - the session's calls raise it
+                        errors.append(exc)
+                if errors and lease is not None:
+                    await self._lease_cm.__aexit__(None, None, None)
+                    lease = None
         finally:
-            self.error = error
-            self._created(error)
+            if not errors and lease is None:  # not Exception: stopped from outside
+                errors.append(StoppedError("the session closed before its thread was made"))
+            self.error = errors[0] if errors else None
+            self._created(self.error)
             self.done.set()
         return lease
-
-
-async def take_lease(
-    lease: AbstractAsyncContextManager[ThreadLease],
-    create: Callable[[], Awaitable[ThreadMetadata]] | None = None,
-) -> tuple[ThreadLease, ThreadMetadata | None]:
-    """Enter ``lease``; with ``create``, create the thread meanwhile and return its metadata.
-
-    Two store calls side by side (a lease never needs its thread to exist). When either
-    fails the lease is released again and the create's error comes first
-    (``ThreadExistsError`` when the id is taken); a thread created while the lease was
-    refused stays created.
-    """
-    if create is None:
-        return await lease.__aenter__(), None
-    made: list[ThreadMetadata] = []
-    errors: list[Exception | None] = [None, None]  # the create's, the lease's
-
-    async def make() -> None:
-        try:
-            made.append(await create())
-        except Exception as exc:  # noqa: BLE001 - raised below, after the lease is settled
-            errors[0] = exc
-
-    held: ThreadLease | None = None
-    try:
-        async with anyio.create_task_group() as task_group:
-            task_group.start_soon(make)
-            try:
-                held = await lease.__aenter__()
-            except Exception as exc:  # noqa: BLE001 - raised below, after the create
-                errors[1] = exc
-        error = errors[0] or errors[1]
-        if error is not None:
-            raise error
-    except BaseException:
-        if held is not None:
-            with anyio.CancelScope(shield=True):
-                await lease.__aexit__(None, None, None)
-        raise
-    assert held is not None
-    return held, made[0]
 
 
 async def read_tail(

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import anyio
 import anyio.lowlevel
 
-from roder_api.errors import StoreError
+from roder_api.errors import RoderError, StoreError
 
 ReadMany = Callable[[Sequence[str]], Awaitable[dict[str, int | Exception]]]
 """Read the last sequences of threads in one call: a number, or the exception of one."""
@@ -59,10 +59,11 @@ class CoalescedReads:
         else:
             batch.ids.add(thread_id)
             await batch.done.wait()
-        if batch.failure is not None:
-            raise StoreError(f"reading the last sequence failed: {batch.failure}") from (
-                batch.failure
-            )
+        failure = batch.failure
+        if isinstance(failure, RoderError):
+            raise failure  # as the read alone raised it (the store closed, a StoreError)
+        if failure is not None:
+            raise StoreError(f"reading the last sequence failed: {failure}") from failure
         result = batch.results.get(thread_id)
         if isinstance(result, Exception):
             raise result
@@ -80,6 +81,4 @@ class CoalescedReads:
             except Exception as exc:  # noqa: BLE001 - every read of the batch raises it
                 batch.failure = exc
             finally:
-                if self._open.get(token) is batch:
-                    del self._open[token]
                 batch.done.set()
