@@ -17,11 +17,12 @@ import anyio
 import pytest
 
 from roder_api.errors import ThreadBusyError, ThreadExistsError, ThreadNotFoundError
-from roder_api.events import TurnComplete, TurnStarted
+from roder_api.events import InputAccepted, TurnComplete, TurnStarted
 from roder_api.inference import AgentInferenceRequest, InferenceEvent, InferenceTurnContext
 from roder_api.testing import ScriptedEngine
 from roder_api.threads import ThreadMetadata
 from roder_api.transcript import UserMessage
+from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_runtime import UserInput
 
 from .conftest import make_runtime
@@ -36,17 +37,18 @@ async def test_a_session_creates_its_thread_and_reads_nothing_back(
     async with make_runtime(tmp_path) as runtime:
         store = await runtime.store()
         reads: list[str] = []
-        get_thread = store.get_thread
+        for name in ("get_thread", "read_events", "replay_events", "event_page"):
+            method = getattr(store, name)
 
-        async def counted(thread_id: str) -> ThreadMetadata:
-            reads.append(thread_id)
-            return await get_thread(thread_id)
+            async def counted(*args: Any, _name: str = name, _m: Any = method, **kw: Any) -> Any:
+                reads.append(_name)
+                return await _m(*args, **kw)
 
-        monkeypatch.setattr(store, "get_thread", counted)
+            monkeypatch.setattr(store, name, counted)
         async with runtime.start_session("fresh", create=True) as session:
-            assert reads == []  # created and opened: its metadata is what the create returned
             await session.submit(UserInput("hello"), turn_id="t1")
             await events_until(session, TurnComplete)
+            assert reads == []  # a new thread: its first turn read nothing back
         monkeypatch.undo()
         events = await journal(runtime, "fresh")
         assert isinstance(events[0], TurnStarted) and events[0].turn_id == "t1"
@@ -170,3 +172,36 @@ async def test_what_is_recorded_while_the_thread_is_made_goes_in_its_first_appen
         assert isinstance(events[0], TurnStarted) and isinstance(events[-1], TurnComplete)
         assert appends[0] == waiting, f"appends of {appends}: the first took not all that waited"
         assert session.recorder.batches == len(appends)
+
+
+async def test_input_journaled_elsewhere_on_the_new_thread_is_answered_after_its_first_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/sessions.md: input another process journals on the new thread before its first
+    turn is journaled is answered after that turn (a second store object on the same
+    directory stands for the other process)."""
+    async with make_runtime(tmp_path) as runtime:
+        store = await runtime.store()
+        other = await JsonlThreadStoreFactory(base_path=tmp_path).open()
+        create = store.create_thread
+
+        async def create_then_other_appends(metadata: ThreadMetadata) -> ThreadMetadata:
+            made = await create(metadata)
+            await other.append_events(metadata.thread_id, [InputAccepted("theirs", "also me")])
+            return made
+
+        monkeypatch.setattr(store, "create_thread", create_then_other_appends)
+        try:
+            with anyio.fail_after(30):
+                async with runtime.start_session(
+                    "raced", create=True, follow_journal=True
+                ) as session:
+                    await session.submit(UserInput("hello"), turn_id="mine")
+                    await events_until(session, TurnComplete, count=2)
+        finally:
+            await other.aclose()
+        events = await journal(runtime, "raced")
+        assert isinstance(events[0], InputAccepted) and events[0].turn_id == "theirs"
+        started = [e.turn_id for e in events if isinstance(e, TurnStarted)]
+        ended = [e.turn_id for e in events if isinstance(e, TurnComplete)]
+        assert started == ["mine", "theirs"] and ended == ["mine", "theirs"]

@@ -22,7 +22,13 @@ import anyio
 import anyio.abc
 
 from roder_api.codec import to_dict
-from roder_api.errors import BusyError, RoderError, StoppedError, ThreadBusyError
+from roder_api.errors import (
+    BusyError,
+    RoderError,
+    StoppedError,
+    ThreadBusyError,
+    ThreadExistsError,
+)
 from roder_api.events import (
     InputAccepted,
     JournalEvent,
@@ -391,6 +397,8 @@ class Dispatcher:
             return elsewhere
         held = self._held.get(thread_id)
         if held is not None and not held.closing:
+            if create:  # a session here: the thread exists (no run joins it unasked)
+                raise ThreadExistsError(thread_id)
             await held.ready.wait()
             if held.session is not None or held.error is not None:
                 return self._checked(held)
