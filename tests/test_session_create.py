@@ -124,11 +124,14 @@ async def test_the_first_turn_waits_for_a_slow_create_and_a_close_meanwhile_free
 
 
 class SlowFirstEngine(ScriptedEngine):
-    """A scripted engine whose answer starts 0.1 s after it is called."""
+    """A scripted engine whose answer starts 0.1 s after it is called (``calls`` counts)."""
+
+    calls = 0
 
     async def stream_turn(
         self, ctx: InferenceTurnContext, request: AgentInferenceRequest
     ) -> AsyncIterator[InferenceEvent]:
+        self.calls += 1
         await anyio.sleep(0.1)
         async with aclosing(super().stream_turn(ctx, request)) as events:
             async for event in events:
@@ -139,7 +142,8 @@ async def test_what_is_recorded_while_the_thread_is_made_goes_in_its_first_appen
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The model's output comes after the turn's start was handed to the recorder.
-    async with make_runtime(tmp_path, SlowFirstEngine()) as runtime:
+    engine = SlowFirstEngine()
+    async with make_runtime(tmp_path, engine) as runtime:
         store = await runtime.store()
         create = store.create_thread
         made = anyio.Event()
@@ -161,11 +165,13 @@ async def test_what_is_recorded_while_the_thread_is_made_goes_in_its_first_appen
             async with runtime.start_session("made", create=True) as session:
                 async with anyio.create_task_group() as task_group:
                     task_group.start_soon(session.submit, UserInput("hello"))
-                    # The turn's start and the model's first output are recorded while the
-                    # create waits.
+                    # The engine is called, and the turn's start and the model's first
+                    # output are recorded, while the create waits (nothing journaled yet).
                     await anyio.sleep(0.5)
                     waiting = session.recorder.held
-                    assert waiting >= 3
+                    assert engine.calls == 1
+                    assert waiting >= 4  # TurnStarted, the input, ModelStepStarted, a delta
+                    assert appends == []
                     made.set()
                 await events_until(session, TurnComplete)
         events = await journal(runtime, "made")

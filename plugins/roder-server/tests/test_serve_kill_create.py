@@ -37,16 +37,6 @@ def _open_conversations(
         count += 1
 
 
-def _input_text(client: openai.OpenAI, response_id: str) -> str:
-    items = client.responses.input_items.list(response_id).data
-    return " ".join(
-        part.text
-        for item in items
-        for part in getattr(item, "content", None) or []
-        if hasattr(part, "text")
-    )
-
-
 @pytest.mark.parametrize("backend", ["jsonl", "sqlite", "postgres"])
 def test_sigkill_while_new_conversations_are_opened(
     serve: Callable[..., Server], backend: str
@@ -80,9 +70,11 @@ def test_sigkill_while_new_conversations_are_opened(
     client = sdk(server)
     assert len(given) >= 5 * KILLS
     for response_id, text in given:
-        # Every response the SDK was given survives: its input, and an answer (a turn the
-        # kill cut is aborted by the crash rules and answered as failed or cancelled).
-        assert _input_text(client, response_id) == text
+        # Every response the SDK was given survives: its input, and an answer (the turns
+        # running when the server died, often most of them, are aborted by the crash
+        # rules and answered as failed or cancelled).
+        items = client.responses.input_items.list(response_id).data
+        assert [i.content[0].text for i in items] == [text]  # type: ignore[union-attr]
         deadline = time.monotonic() + 60
         while (status := client.responses.retrieve(response_id).status) in (
             "queued",
