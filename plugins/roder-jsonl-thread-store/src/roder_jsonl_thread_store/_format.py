@@ -14,7 +14,7 @@ Records are JSON objects with a format version ``v`` and a kind ``k``:
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
@@ -23,6 +23,25 @@ from roder_api.codec import EXACT_MARK, dumps_json, loads_json
 
 FORMAT_VERSION = 1
 """The major format version this code writes and reads."""
+
+
+def _fast_crc32() -> Callable[[Any], int]:
+    """Return ISA-L's CRC-32 (``isal``) where it is installed, else ``zlib.crc32``.
+
+    The same checksum (CRC-32, the zlib polynomial: every journal ever written reads the
+    same), computed with carry-less multiplication: on a 50,000-item journal's lines,
+    ~3.5 ms against zlib's ~14 ms (benchmarks/README.md, "W3 with ISA-L's CRC-32").
+    ``isal`` has wheels for x86-64 and ARM64; elsewhere the store uses zlib's.
+    """
+    try:
+        from isal import isal_zlib
+    except ImportError:  # pragma: no cover - a platform without isal's wheels
+        return zlib.crc32
+    return isal_zlib.crc32
+
+
+crc32: Callable[[Any], int] = _fast_crc32()
+"""The CRC-32 of bytes (any buffer): ``zlib.crc32``'s value, faster where ``isal`` is in."""
 
 _PREFIX = b'{"c":"'
 _MIDDLE = b'","r":'
@@ -63,14 +82,14 @@ def frame_is_intact(raw: bytes) -> bool:
     The fast check of the read path; :func:`parse_line` also checks the frame byte for byte.
     """
     try:
-        return raw[-2:] == LINE_END and zlib.crc32(record_of(raw)) == checksum_field(raw)
+        return raw[-2:] == LINE_END and crc32(record_of(raw)) == checksum_field(raw)
     except ValueError:
         return False
 
 
 def frame(record: bytes) -> bytes:
     """Return the journal line (with newline) for the JSON bytes of a record."""
-    return b"%s%08x%s%s}\n" % (_PREFIX, zlib.crc32(record), _MIDDLE, record)
+    return b"%s%08x%s%s}\n" % (_PREFIX, crc32(record), _MIDDLE, record)
 
 
 def encode_record(record: dict[str, Any]) -> bytes:
@@ -119,7 +138,7 @@ def parse_line(line: bytes) -> dict[str, Any]:
         expected = checksum_field(line)
     except ValueError:
         raise BadLine("bad checksum field") from None
-    if zlib.crc32(body) != expected:
+    if crc32(body) != expected:
         raise BadLine("checksum mismatch")
     try:
         record = loads_json(body)

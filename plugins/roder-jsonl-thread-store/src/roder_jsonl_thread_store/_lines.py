@@ -13,7 +13,6 @@ shared: a generator or a function call per line measured 7 % slower on a 50,000-
 from __future__ import annotations
 
 import os
-import zlib
 from pathlib import Path
 from typing import BinaryIO
 
@@ -29,6 +28,9 @@ from roder_jsonl_thread_store._format import (
     FORMAT_VERSION,
     LINE_END,
     RECORD_START,
+)
+from roder_jsonl_thread_store._format import (
+    crc32 as fast_crc32,
 )
 from roder_jsonl_thread_store._journal import JournalState
 
@@ -105,7 +107,7 @@ def read_events(
     offset, after, before, limit = window
     out: list[JournalEvent] = []
     append = out.append
-    parse, exact, crc32, decoders = orjson.loads, loads_json, zlib.crc32, event_decoders()
+    parse, exact, crc32, decoders = orjson.loads, loads_json, fast_crc32, event_decoders()
     decode, make = from_dict, journal_event_builder()
     end = state.size
     stop = before if before is not None else state.metadata.last_sequence + 1

@@ -22,7 +22,6 @@ import io
 import itertools
 import operator
 import struct
-import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple, cast
@@ -40,6 +39,9 @@ from roder_jsonl_thread_store._format import (
     FORMAT_VERSION,
     LINE_END,
     RECORD_START,
+)
+from roder_jsonl_thread_store._format import (
+    crc32 as fast_crc32,
 )
 from roder_jsonl_thread_store._journal import JournalState
 from roder_jsonl_thread_store._lines import cut_short, damaged, newer_format, out_of_order
@@ -163,7 +165,7 @@ def _fold_block(block: bytes, fold: _Fold, path: Path | str) -> int:
     for them (``fold`` is then as before: read the block a line at a time)."""
     lines = block.split(b"\n")
     lines.pop()  # what follows the last newline: nothing
-    crc32, repeat = zlib.crc32, itertools.repeat
+    crc32, repeat = fast_crc32, itertools.repeat
     get = cast(Callable[[bytes, slice], bytes], operator.getitem)
     try:
         bodies = list(map(get, lines, repeat(_BODY)))
@@ -209,7 +211,7 @@ def _fold_lines(block: bytes, fold: _Fold, where: tuple[int, int], journal: _Jou
     :func:`read_events`'s, line by line.
     """
     position, number = where
-    parse, exact, crc32 = orjson.loads, loads_json, zlib.crc32
+    parse, exact, crc32 = orjson.loads, loads_json, fast_crc32
     for raw in io.BytesIO(block):
         position += len(raw)
         number += 1
