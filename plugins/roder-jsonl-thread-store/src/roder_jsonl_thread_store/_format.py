@@ -30,8 +30,9 @@ def _fast_crc32() -> Callable[[Any], int]:
 
     The same checksum (CRC-32, the zlib polynomial: every journal ever written reads the
     same), computed with carry-less multiplication: on a 50,000-item journal's lines,
-    ~3.5 ms against zlib's ~14 ms (benchmarks/README.md, "W3 with ISA-L's CRC-32").
-    ``isal`` has wheels for x86-64 and ARM64; elsewhere the store uses zlib's.
+    ~3.5 ms against zlib's ~14 ms (benchmarks/README.md, "Against the peer, workload by
+    workload", "What was tried for JSONL's W3"). ``isal`` has wheels for x86-64 and ARM64;
+    elsewhere the store uses zlib's.
     """
     try:
         from isal import isal_zlib
