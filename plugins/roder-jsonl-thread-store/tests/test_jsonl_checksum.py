@@ -5,8 +5,13 @@ written before) read the same, and a changed byte is still damage."""
 from __future__ import annotations
 
 import platform
+import subprocess
+import sys
+import textwrap
 import zlib
+from pathlib import Path
 
+import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -30,6 +35,42 @@ def test_the_store_uses_isal_where_it_has_wheels() -> None:
     from isal import isal_zlib
 
     assert _format.crc32 is isal_zlib.crc32
+
+
+def test_without_isal_the_store_uses_zlib_and_reads_what_isal_framed(tmp_path: Path) -> None:
+    """Where isal is missing (no wheel for the machine), the checksum is zlib's, and a
+    journal written with isal's reads back: run in a process where ``import isal`` fails."""
+    script = textwrap.dedent(
+        """
+        import sys, zlib
+        sys.modules["isal"] = None  # import isal raises ImportError, as if not installed
+        import anyio
+        from roder_jsonl_thread_store import JsonlThreadStoreFactory, _format
+
+        assert _format.crc32 is zlib.crc32, _format.crc32
+
+        async def main() -> None:
+            store = await JsonlThreadStoreFactory(sys.argv[1]).open()
+            snapshot = await store.read_snapshot("t")
+            print(len(snapshot.items), [i.text for i in snapshot.items][-1])
+            await store.aclose()
+
+        anyio.run(main)
+        """
+    )
+
+    async def write() -> None:
+        await journal_with(JsonlThreadStoreFactory(tmp_path / "store"), "t", 12)
+
+    anyio.run(write)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["12", "message", "11"]
 
 
 def _reframed_by_zlib(raw: bytes) -> bytes:

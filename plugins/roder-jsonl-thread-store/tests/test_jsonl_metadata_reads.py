@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from roder_api.errors import ThreadNotFoundError
@@ -115,6 +116,21 @@ async def test_what_another_process_did_to_the_journal_is_read_from_the_file(
         opens.clear()
         assert (await store.get_thread("t")).last_sequence == 2
         assert opens, "the journal grew: its state is read from the file"
+
+        # A session's poll (``wait_for_events``, which reads the metadata) learns of
+        # another process's append while it waits.
+        polled: list[int] = []
+
+        async def poll() -> None:
+            polled.append(await store.wait_for_events("t", 2, 30.0))
+
+        started = anyio.current_time()
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(poll)
+            await anyio.sleep(0.2)  # the poll has read the unchanged journal by now
+            await anyio.to_thread.run_sync(other_process, base, "append", "t")
+        assert polled == [3]
+        assert anyio.current_time() - started < 20  # woken by the poll, not the timeout
 
         # Deleted and made again elsewhere with a journal of the same size: another inode.
         before = store.journal_path("t").stat()

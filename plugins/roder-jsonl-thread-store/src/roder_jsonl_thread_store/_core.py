@@ -240,6 +240,20 @@ class StoreCore:
             self.index_behind = True
             log.warning("could not update the JSONL index (%s); it will be caught up", exc)
 
+    def known_state(self, thread_id: str, st: os.stat_result) -> JournalState | None:
+        """Return the state this store knows of a journal when ``st`` (its ``stat``) shows
+        the file as that state left it (the same inode and size) and no damage is
+        remembered for it; else None: read the journal."""
+        state = self.states.get(thread_id)
+        if (
+            state is None
+            or state.inode != st.st_ino
+            or state.size != st.st_size
+            or thread_id in self.damaged
+        ):
+            return None
+        return state
+
     def defer_states(self, states: Iterable[tuple[str, JournalState]]) -> None:
         """:meth:`defer_rows` of the rows of these journal states (thread id, state), each
         made only if it is still a thread's newest when the rows are written (a commit's

@@ -307,15 +307,13 @@ class JournalReader:
         call instead of an open, an ``fstat`` and a close, and no file object).
         """
         core = self.core
-        known = core.states.get(thread_id)
-        if known is not None and thread_id not in core.damaged:
+        if thread_id in core.states:  # else there is nothing to compare a stat with
             try:
-                st = os.stat(core.journal_file(thread_id))
+                known = core.known_state(thread_id, os.stat(core.journal_file(thread_id)))
             except OSError:
-                pass  # gone or unreadable: the read below says which
-            else:
-                if st.st_ino == known.inode and st.st_size == known.size:
-                    return known.metadata
+                known = None  # gone or unreadable: the read below says which
+            if known is not None:
+                return known.metadata
         return self.state(thread_id).metadata
 
     # --- events ---------------------------------------------------------------------------
@@ -361,14 +359,8 @@ class JournalReader:
                 core.states.pop(thread_id, None)
             raise ThreadNotFoundError(thread_id) from None
         try:
-            st = os.fstat(file.fileno())
-            state = core.states.get(thread_id)
-            if (
-                state is None
-                or state.inode != st.st_ino
-                or state.size != st.st_size
-                or thread_id in core.damaged
-            ):
+            state = core.known_state(thread_id, os.fstat(file.fileno()))
+            if state is None:
                 # Not known yet: the state of the journal just opened (one open, not two).
                 self.ensure_ready()
                 with core.guard(thread_id):

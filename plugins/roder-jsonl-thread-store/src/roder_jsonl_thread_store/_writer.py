@@ -285,16 +285,7 @@ class JournalWriter:
                 core.states.pop(thread_id, None)
                 raise ThreadNotFoundError(thread_id)
             st = entry.stat if entry.stat is not None else os.fstat(entry.fd)
-            cached = core.states.get(thread_id)
-            if (
-                cached is not None
-                and cached.inode == st.st_ino
-                and cached.size == st.st_size
-                and thread_id not in core.damaged
-            ):
-                state = cached
-            else:
-                state = self.locked_state(thread_id)
+            state = core.known_state(thread_id, st) or self.locked_state(thread_id)
             work = copy_state(state)
             chunks = []
             for commit in entry.commits:
