@@ -7,7 +7,7 @@ from typing import Any
 import anyio
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from roder_api.codec import to_dict
@@ -16,6 +16,7 @@ from roder_api.inference import InferenceProviderContext
 from roder_api.threads import validate_thread_id
 from roder_server._problems import Problem, from_error
 from roder_server._runs import MULTITASK, Dispatcher, fold_runs, latest_approval
+from roder_server._sse_response import EventStream
 from roder_server._stream import journal_stream
 
 JSON = "application/json"
@@ -224,11 +225,7 @@ async def thread_stream(request: Request) -> Response:
         finally:
             state.streams -= 1
 
-    return StreamingResponse(
-        body(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    return EventStream(body())
 
 
 # --- runs ------------------------------------------------------------------------------

@@ -18,12 +18,13 @@ from typing import Any
 import anyio
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from roder_api.inference import ToolSpec
 from roder_api.threads import ThreadStore, validate_thread_id
 from roder_api.transcript import ToolResultRecord
+from roder_server._sse_response import EventStream
 from roder_server.openai._conversations import (
     add_conversation_items,
     conversation_items,
@@ -120,7 +121,7 @@ def _projection(thread_id: str, turn_id: str, params: Mapping[str, Any]) -> Resp
     )
 
 
-def _sse(batches: AsyncIterator[list[dict[str, Any]]], starting_after: int) -> StreamingResponse:
+def _sse(batches: AsyncIterator[list[dict[str, Any]]], starting_after: int) -> EventStream:
     """Stream the events after ``starting_after``: each batch the fold had at hand in
     one write (the events before a first delta go out with it, not one send each)."""
 
@@ -134,11 +135,7 @@ def _sse(batches: AsyncIterator[list[dict[str, Any]]], starting_after: int) -> S
             if chunk:
                 yield chunk
 
-    return StreamingResponse(
-        body(),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    return EventStream(body())
 
 
 async def _start(
