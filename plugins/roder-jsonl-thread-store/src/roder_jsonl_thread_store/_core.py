@@ -376,7 +376,14 @@ class StoreCore:
 
 
 class _StateRow:
-    """A deferred index row: the row of a journal's state, made when it is written."""
+    """A deferred index row: the row of a journal's state, made when it is written, and
+    only while the journal is still that state.
+
+    Written after the writer lock is dropped, it may come after another process's row of a
+    newer state (that process appended meanwhile and wrote its row at once): replacing it
+    would put the index back until the next write. A journal that changed since is left
+    to the row of whoever changed it (or, after a crash, to the catch-up).
+    """
 
     __slots__ = ("_core", "_state", "thread_id")
 
@@ -385,6 +392,14 @@ class _StateRow:
         self.thread_id = thread_id
         self._state = state
 
-    def values(self) -> tuple[Any, ...]:
-        """Return the row's column values in table order."""
-        return self._core.row(self.thread_id, self._state).values()
+    def values(self) -> tuple[Any, ...] | None:
+        """Return the row's column values in table order; None when the journal is no
+        longer the state the row describes."""
+        state = self._state
+        try:
+            st = os.stat(self._core.journal_file(self.thread_id))
+        except OSError:
+            return None  # deleted meanwhile: its delete removes the row
+        if st.st_ino != state.inode or st.st_size != state.size:
+            return None
+        return self._core.row(self.thread_id, state).values()

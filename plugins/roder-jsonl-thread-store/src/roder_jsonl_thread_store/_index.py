@@ -92,8 +92,8 @@ class PendingRow(Protocol):
         """The thread the row is of (a newer row of the same thread replaces it)."""
         ...
 
-    def values(self) -> tuple[Any, ...]:
-        """Return the row's column values in table order."""
+    def values(self) -> tuple[Any, ...] | None:
+        """Return the row's column values in table order (None: it is stale, skip it)."""
         ...
 
 
@@ -246,8 +246,9 @@ class ThreadIndex:
     def _write_pending(self, db: sqlite3.Connection) -> None:
         """Write the deferred rows in one transaction; hold ``_lock``."""
         with self._pending_lock:
-            values = [row.values() for row in self._pending.values()]
+            made = [row.values() for row in self._pending.values()]
             self._pending.clear()
+        values = [row for row in made if row is not None]
         try:
             self._put_values(db, values)
         except BaseException:
