@@ -45,8 +45,9 @@ QUARANTINE_INFIX = ".quarantine-"
 
 INDEX_FLUSH_INTERVAL_S = 0.01
 """How often, at most, a group commit writes its deferred index rows (a thread's newest row
-wins): back-to-back appends share one index write. Readers in this process write them
-first; another process's listing may lag the journals by about this much."""
+wins): back-to-back appends share one index write; a create's row waits this long. Readers
+in this process write them first; another process's listing may lag the journals by about
+this much. A deferred row is skipped when its journal changed since (see ``_StateRow``)."""
 
 datasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
 
@@ -273,11 +274,17 @@ class StoreCore:
             self.index_behind = True
             log.warning("could not update the JSONL index (%s); it will be caught up", exc)
 
-    def flush_rows_soon(self) -> None:
+    def flush_rows_soon(self, *, not_now: bool = False) -> None:
         """Write the deferred index rows now, or (when the last write was under
-        :data:`INDEX_FLUSH_INTERVAL_S` ago) once that interval has passed."""
+        :data:`INDEX_FLUSH_INTERVAL_S` ago, or ``not_now``) once that interval has passed.
+
+        ``not_now``: for a writer on its caller's path (a create), which should not wait
+        for the index; the rows of a burst are written together all the same.
+        """
         with self._flush_lock:
             wait = self._flushed_at + INDEX_FLUSH_INTERVAL_S - time.monotonic()
+            if not_now:
+                wait = max(wait, INDEX_FLUSH_INTERVAL_S)
             if wait > 0 and not self._flush_stop.is_set():
                 if self._flush_armed == os.getpid():
                     return  # a delayed flush has yet to take the rows: it writes these too

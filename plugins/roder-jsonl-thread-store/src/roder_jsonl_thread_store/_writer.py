@@ -410,12 +410,14 @@ class JournalWriter:
         synced, then linked into place (``link`` is atomic and refuses to replace an
         existing journal), then the directory is synced (the new name survives a power
         cut). The journal's state is built from the line just written (no rescan), so the
-        first append finds it cached.
+        first append finds it cached. Its index row is deferred like a group commit's
+        (``INDEX_FLUSH_INTERVAL_S``): listings here write it first, another process's may
+        lag by that much, and the next opener after a crash catches it up.
 
         The new file is locked before it is linked, and this holds the threads directory
-        shared (see ``_locks``) until the journal is durable and indexed: a writer in
-        another process waits for that, and nobody excluding writers of a missing journal
-        sees one appear. No lock file is made: the only file created is the journal.
+        shared (see ``_locks``) until the journal is durable: a writer in another process
+        waits for that, and nobody excluding writers of a missing journal sees one appear.
+        No lock file is made: the only file created is the journal.
         """
         core = self.core
         self.reader.ensure_ready()
@@ -431,8 +433,6 @@ class JournalWriter:
             directory = lock_directory_shared(core.threads_dir)
             if directory is not None:
                 held.callback(unlock, directory)
-            if os.path.exists(path):
-                raise ThreadExistsError(thread_id)
             tmp = f"{core.tmp_dir}{os.sep}{thread_id}.{os.getpid()}.{threading.get_ident()}.tmp"
             try:
                 # Registered with its open: a forked child must not keep the new journal locked.
@@ -463,8 +463,9 @@ class JournalWriter:
             core.damaged.pop(thread_id, None)
             state = JournalState(inode, len(line), 1, line_crc(line), header_metadata(line), 0, 0)
             core.states[thread_id] = state
-            core.put_rows([core.row(thread_id, state)])
-            return state.metadata
+            core.defer_states([(thread_id, state)])  # see the docstring
+        core.flush_rows_soon(not_now=True)
+        return state.metadata
 
     def delete(self, thread_id: str) -> None:
         """Delete a thread's journal and its index row."""

@@ -122,9 +122,12 @@ class FileLeases:
         if fcntl is None:  # pragma: no cover - Windows
             raise StoreError("file leases need flock(2), which this platform lacks")
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            # Registered with its open: no fork can inherit it unguarded.
-            fd = open_close_on_fork(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                # Registered with its open: no fork can inherit it unguarded.
+                fd = open_close_on_fork(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except FileNotFoundError:  # the first lease here: make the directory
+                self.directory.mkdir(parents=True, exist_ok=True)
+                fd = open_close_on_fork(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise StoreError(
                 f"cannot take the lease of thread {thread_id!r}: {path} cannot be opened "
