@@ -245,12 +245,11 @@ class ThreadIndex:
 
     def _write_pending(self, db: sqlite3.Connection) -> None:
         """Write the deferred rows in one transaction; hold ``_lock``."""
-        with self._pending_lock:
-            made = [row.values() for row in self._pending.values()]
-            self._pending.clear()
-        values = [row for row in made if row is not None]
+        with self._pending_lock:  # taken, not made, under it: a row's values stat a file
+            rows, self._pending = list(self._pending.values()), {}
         try:
-            self._put_values(db, values)
+            made = [row.values() for row in rows]
+            self._put_values(db, [values for values in made if values is not None])
         except BaseException:
             self.dropped = True
             raise
