@@ -85,12 +85,14 @@ class NewThread:
         Shielded: a lease taken is never lost to a cancellation (the create is bounded).
         """
         errors: list[BaseException] = []
-        ended: list[bool] = []  # the create and the lease, as each ends
+        running = 2  # the create and the lease
 
-        def open_if_both() -> None:
+        def one_ended() -> None:
             # The gate opens as the second of the two ends, not a task group's exit (a
             # loop pass) later: the first append is often waiting for it.
-            if len(ended) == 2 and not errors:
+            nonlocal running
+            running -= 1
+            if not running and not errors:
                 self._created(None)
 
         async def make() -> None:
@@ -98,8 +100,7 @@ class NewThread:
                 await self._create()
             except Exception as exc:  # noqa: BLE001 - the session's calls raise it
                 errors.insert(0, exc)  # the create's error comes first
-            ended.append(True)
-            open_if_both()
+            one_ended()
 
         lease: ThreadLease | None = None
         try:
@@ -110,8 +111,7 @@ class NewThread:
                         lease = await self._lease_cm.__aenter__()
                     except Exception as exc:  # noqa: BLE001 - the session's calls raise it
                         errors.append(exc)
-                    ended.append(True)
-                    open_if_both()
+                    one_ended()
                 if errors and lease is not None:
                     await self._lease_cm.__aexit__(None, None, None)
                     lease = None

@@ -58,5 +58,3 @@ class EventStream(StreamingResponse):
                 task_group.cancel_scope.cancel()
         if error is not None:
             raise error
-        if self.background is not None:
-            await self.background()

@@ -18,6 +18,7 @@ locked file lets a later opener lock a new file of the same name while the old o
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import AsyncIterator
@@ -121,13 +122,16 @@ class FileLeases:
     def _acquire(self, path: Path, thread_id: str, holder: LeaseHolder) -> int:
         if fcntl is None:  # pragma: no cover - Windows
             raise StoreError("file leases need flock(2), which this platform lacks")
+        # Registered with its open: no fork can inherit it unguarded.
+        open_lease = functools.partial(
+            open_close_on_fork, path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
+        )
         try:
             try:
-                # Registered with its open: no fork can inherit it unguarded.
-                fd = open_close_on_fork(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                fd = open_lease()
             except FileNotFoundError:  # the first lease here: make the directory
                 self.directory.mkdir(parents=True, exist_ok=True)
-                fd = open_close_on_fork(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                fd = open_lease()
         except OSError as exc:
             raise StoreError(
                 f"cannot take the lease of thread {thread_id!r}: {path} cannot be opened "
