@@ -9,21 +9,26 @@ left free; a close while the create runs waits for it and releases the lease.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import aclosing
+from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from roder_api.errors import ThreadBusyError, ThreadExistsError, ThreadNotFoundError
 from roder_api.events import InputAccepted, TurnComplete, TurnStarted
 from roder_api.inference import AgentInferenceRequest, InferenceEvent, InferenceTurnContext
 from roder_api.testing import ScriptedEngine
-from roder_api.threads import ThreadMetadata
+from roder_api.threads import ThreadLease, ThreadMetadata
 from roder_api.transcript import UserMessage
-from roder_jsonl_thread_store import JsonlThreadStoreFactory
+from roder_jsonl_thread_store import JsonlThreadStore, JsonlThreadStoreFactory
 from roder_runtime import UserInput
+from roder_runtime.session._recorder import EventRecorder
+from roder_runtime.session._resume import NewThread
+from roder_runtime.store._journal import ThreadJournal
 
 from .conftest import make_runtime
 from .session_support import events_until, journal
@@ -211,3 +216,42 @@ async def test_input_journaled_elsewhere_on_the_new_thread_is_answered_after_its
         started = [e.turn_id for e in events if isinstance(e, TurnStarted)]
         ended = [e.turn_id for e in events if isinstance(e, TurnComplete)]
         assert started == ["mine", "theirs"] and ended == ["mine", "theirs"]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio orders a batch at random
+async def test_the_journal_opens_as_the_second_of_create_and_lease_ends(
+    jsonl_store: JsonlThreadStore,
+) -> None:
+    """The first append waits for the gate, not for ``NewThread.run`` to finish: the gate
+    opens when the create (here the later of the two) ends, before run's task group
+    exits."""
+    journal = ThreadJournal(jsonl_store, "gate", store_name="thread store 'jsonl'")
+    leased = anyio.Event()
+    order: list[str] = []
+
+    async def create() -> ThreadMetadata:
+        await leased.wait()  # the create ends second
+        return await jsonl_store.create_thread(ThreadMetadata("gate", 1000, 1000))
+
+    @asynccontextmanager
+    async def lease() -> AsyncIterator[ThreadLease]:
+        async with jsonl_store.lease("gate", owner="test") as held:
+            leased.set()
+            yield held
+
+    lease_cm = lease()
+    made = NewThread(journal, cast(EventRecorder, SimpleNamespace()), lease_cm, create)
+
+    async def first_append() -> None:
+        await journal.created()
+        order.append("journal open")
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(first_append)
+            await anyio.lowlevel.checkpoint()  # it waits at the gate
+            held = await made.run()
+            order.append("run returned")
+        assert held is not None and made.error is None
+        await lease_cm.__aexit__(None, None, None)
+    assert order == ["journal open", "run returned"]

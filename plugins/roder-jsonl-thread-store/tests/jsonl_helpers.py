@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from roder_api.events import ItemCompleted
@@ -24,3 +26,17 @@ async def journal_with(factory: JsonlThreadStoreFactory, thread_id: str, count: 
     path = store.journal_path(thread_id)
     await store.aclose()
     return path
+
+
+def start_script(source: str, *args: str, ready: str) -> subprocess.Popen[str]:
+    """Start ``python -c source args...`` with piped stdin and stdout; return it once its
+    first line is ``ready``."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", source, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == ready
+    return child

@@ -8,7 +8,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import textwrap
 import time
 from contextlib import closing
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from jsonl_helpers import start_script
 
 from roder_api.events import ItemCompleted
 from roder_api.threads import ThreadMetadata
@@ -50,15 +50,7 @@ CREATE_THEN = textwrap.dedent(
 
 
 def _start(base: Path, then: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CREATE_THEN, str(base), then],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "created"
-    return proc
+    return start_script(CREATE_THEN, str(base), then, ready="created")
 
 
 async def _listed(base: Path) -> set[str]:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import anyio
 import pytest
+from jsonl_helpers import start_script
 
 from roder_api.events import ItemCompleted
 from roder_api.threads import ThreadMetadata
@@ -62,15 +62,9 @@ CHILD = textwrap.dedent(
 def spawn(
     base: Path, thread_id: str, name: str, count: int, durability: str, mode: str
 ) -> subprocess.Popen[str]:
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(base), thread_id, name, str(count), durability, mode],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    return start_script(
+        CHILD, str(base), thread_id, name, str(count), durability, mode, ready="ready"
     )
-    assert child.stdout is not None
-    assert child.stdout.readline().strip() == "ready"
-    return child
 
 
 def start(child: subprocess.Popen[str]) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 import pytest
+from jsonl_helpers import start_script
 
 from roder_api.events import ItemCompleted
 from roder_api.threads import ThreadMetadata
@@ -49,15 +50,7 @@ HOLDER = textwrap.dedent(
 
 def hold(path: Path) -> subprocess.Popen[str]:
     """Start a process that holds the writer lock of the journal at ``path`` until told."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert child.stdout is not None
-    assert child.stdout.readline().strip() == "holding"
-    return child
+    return start_script(HOLDER, str(path), ready="holding")
 
 
 def release(child: subprocess.Popen[str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import httpx
@@ -159,6 +160,15 @@ def test_stream_and_queue_limits(serve: Callable[..., Server]) -> None:
             over = c.get(f"/v1/threads/{tid}/stream")
             _problem(over, 503)
             assert over.headers["retry-after"]
+        # The client left a stream blocked in its wait: the server ends it and counts it
+        # out (EventStream's disconnect watch), so the one slot is free again.
+        deadline = time.monotonic() + 10
+        while True:
+            with c.stream("GET", f"/v1/threads/{tid}/stream") as again:
+                if again.status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "the stream the client left is still counted"
+            time.sleep(0.05)
         c.post(f"/v1/threads/{tid}/runs", json={"input": long_text})
         statuses = [c.post(f"/v1/threads/{tid}/runs", json={"input": "more"}) for _ in range(3)]
         full = [r for r in statuses if r.status_code == 429]
