@@ -119,6 +119,35 @@ def raw_tail(path: Path, lines: int = 20) -> list[Any]:
     return [orjson.loads(line) for line in parts[-lines - 1 : -1]]
 
 
+def raw_creates(root: Path, count: int) -> list[float]:
+    """The file work of ``count`` durable creates, timed one by one: a new file written and
+    synced under ``tmp/``, linked into place, the directory synced, the temporary unlinked
+    (the JSONL store's own steps, without its locks, checks and index)."""
+    tmp, threads = root / "raw-create" / "tmp", root / "raw-create" / "threads"
+    tmp.mkdir(parents=True, exist_ok=True)
+    threads.mkdir(parents=True, exist_ok=True)
+    line = orjson.dumps({"v": 1, "k": "create", "meta": {"thread_id": "x" * 32}}) + b"\n"
+    directory = os.open(threads, os.O_RDONLY)
+    times = []
+    try:
+        for i in range(count):
+            start = time.perf_counter()
+            path = f"{tmp}/{time.monotonic_ns()}-{i}.tmp"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, line)
+                _datasync(fd)
+                os.link(path, f"{threads}/{time.monotonic_ns()}-{i}.jsonl")
+            finally:
+                os.close(fd)
+                os.unlink(path)
+            os.fsync(directory)
+            times.append(time.perf_counter() - start)
+    finally:
+        os.close(directory)
+    return times
+
+
 def raw_scandir(directory: Path) -> int:
     return sum(1 for entry in os.scandir(directory) if entry.name.endswith(".jsonl"))
 

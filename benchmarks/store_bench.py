@@ -14,6 +14,8 @@ Workloads (issue 5):
   same for a 500-item thread, vs reading the last 20 lines of the file.
 - W5: the first page of 50 threads out of 1,000 and out of 10,000, vs an ``os.scandir`` of
   the 10,000 journals.
+- W6: durable creates one at a time (``create_thread`` in a worker thread), vs the same
+  file work by hand (write and sync a new file, link it, sync the directory).
 
 W3, W4 and W5 time the call on a store object opened just before (outside the timing), so
 nothing of the thread is cached in memory: what they read comes from the index and the
@@ -44,6 +46,7 @@ import orjson
 from _store_raw import (
     append_many,
     item,
+    raw_creates,
     raw_load,
     raw_parallel_syncs,
     raw_scandir,
@@ -395,6 +398,30 @@ class Bench:
             met=times[large] < scandir_time,
         )
 
+    async def w6(self) -> None:
+        count = self.sizes.w5_small // 2
+        raw: list[float] = []
+        mine: list[float] = []
+        store = await self.factory("fsync").open()
+        for round_ in range(self.sizes.repeats):  # raw and store alternate
+            raw += await anyio.to_thread.run_sync(raw_creates, self.root, count)
+            for i in range(count):
+                start = time.perf_counter()
+                await store.create_thread(meta(f"w6-{round_}-{i}"))
+                mine.append(time.perf_counter() - start)
+        await store.aclose()
+        store_ms, raw_ms = statistics.median(mine) * 1000, statistics.median(raw) * 1000
+        self.row(
+            workload="W6 durable create_thread, one at a time",
+            unit="ms",
+            store=store_ms,
+            raw=raw_ms,
+            ratio=store_ms / raw_ms,
+            target="(info)",
+            met=None,
+            note="raw column: the same file work and syncs by hand, in a worker thread",
+        )
+
     async def run(self, only: set[str]) -> None:
         raw_rate = 0.0
         if {"w1", "w2"} & only:
@@ -409,6 +436,8 @@ class Bench:
             await self.w4()
         if "w5" in only:
             await self.w5()
+        if "w6" in only:
+            await self.w6()
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
@@ -431,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--dir", metavar="DIR", help="where to put the stores (default: a tmp dir)")
     parser.add_argument(
-        "--only", default="w1,w2,w3,w4,w5", help="comma list of workloads (default: all)"
+        "--only", default="w1,w2,w3,w4,w5,w6", help="comma list of workloads (default: all)"
     )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
