@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -18,6 +19,7 @@ from roder_api.inference import (
     MessageDelta,
     ProviderFailure,
     ProviderFailureKind,
+    on_request_sent,
 )
 
 pytestmark = pytest.mark.anyio
@@ -227,3 +229,46 @@ async def test_request_json_returns_the_answer_or_refuses_what_is_not_json() -> 
     assert caught.value.kind is K.OTHER
     assert caught.value.message == "the server answered GET models with something that is not JSON"
     assert sent[0].content == b'{"b":2}' and sent[0].headers["k"] == "v" and sent[1].content == b""
+
+
+async def test_the_runtime_is_told_once_the_request_body_is_on_the_wire() -> None:
+    """Against a real socket (a mock transport has no wire): the server answers only once
+    ``request_sent`` was called, after it has read the whole request (fails without it)."""
+    log: list[str] = []
+    told = anyio.Event()
+
+    def sent() -> None:
+        log.append("sent")
+        told.set()
+
+    async def serve(conn: anyio.abc.SocketStream) -> None:
+        async with conn:
+            data = b""
+            while not data.endswith(b'{"a":1}'):
+                data += await conn.receive()
+            log.append("request read")
+            with anyio.fail_after(5):
+                await told.wait()
+            body = b'event: delta\ndata: {"text": "hi"}\n\nevent: done\ndata: {}\n\n'
+            await conn.send(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+            )
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    client = HttpxClient(
+        base_url=f"http://127.0.0.1:{port}/v1",
+        timeout=10,
+        connect_timeout=5,
+        read_timeout=5,
+        user_agent="kit-test/1",
+        status_failure=status_failure,
+    )
+    async with listener, anyio.create_task_group() as tasks:
+        tasks.start_soon(listener.serve, serve)
+        with on_request_sent(sent), anyio.fail_after(10):
+            events = [e for e, _ in await collect(client, State())]
+        tasks.cancel_scope.cancel()
+    assert [type(e) for e in events] == [MessageDelta, Completed]
+    assert sorted(log) == ["request read", "sent"]  # told once

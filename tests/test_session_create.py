@@ -3,7 +3,9 @@
 The lease is taken and the thread created while the first turn starts, and nothing is
 read back: the store's metadata is never asked for. Its journal waits for both: a taken
 id or a refused lease is raised by ``submit``, nothing is journaled, and the lease is
-left free; a close while the create runs waits for it and releases the lease.
+left free; a close while the create runs waits for it and releases the lease. The create
+starts once the first model request is sent (``request_sent``), or at the call's first
+event, or as the session closes, or after ``HOLD_S``.
 """
 
 from __future__ import annotations
@@ -20,14 +22,19 @@ import pytest
 
 from roder_api.errors import ThreadBusyError, ThreadExistsError, ThreadNotFoundError
 from roder_api.events import InputAccepted, TurnComplete, TurnStarted
-from roder_api.inference import AgentInferenceRequest, InferenceEvent, InferenceTurnContext
+from roder_api.inference import (
+    AgentInferenceRequest,
+    InferenceEvent,
+    InferenceTurnContext,
+    request_sent,
+)
 from roder_api.testing import ScriptedEngine
 from roder_api.threads import ThreadLease, ThreadMetadata
 from roder_api.transcript import UserMessage
 from roder_jsonl_thread_store import JsonlThreadStore, JsonlThreadStoreFactory
 from roder_runtime import UserInput
 from roder_runtime.session._recorder import EventRecorder
-from roder_runtime.session._resume import NewThread
+from roder_runtime.session._resume import HOLD_S, NewThread
 from roder_runtime.store._journal import ThreadJournal
 
 from .conftest import make_runtime
@@ -255,3 +262,68 @@ async def test_the_journal_opens_as_the_second_of_create_and_lease_ends(
         assert held is not None and made.error is None
         await lease_cm.__aexit__(None, None, None)
     assert order == ["journal open", "run returned"]
+
+
+class SendingEngine(ScriptedEngine):
+    """A scripted engine that builds its request over many loop passes, then says it is
+    sent (``request_sent``) before it answers; ``log`` says what happened, in order."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    async def stream_turn(
+        self, ctx: InferenceTurnContext, request: AgentInferenceRequest
+    ) -> AsyncIterator[InferenceEvent]:
+        self.log.append("building")
+        for _ in range(50):
+            await anyio.lowlevel.checkpoint()  # a create started at once would run now
+        self.log.append("sent")
+        request_sent()
+        async with aclosing(super().stream_turn(ctx, request)) as events:
+            async for event in events:
+                yield event
+
+
+async def test_the_thread_is_made_once_the_first_model_request_is_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The create's blocking work does not compete with the loop while the engine builds
+    its request: it starts when the engine says the request is sent (fails when the
+    create starts with the session)."""
+    log: list[str] = []
+    async with make_runtime(tmp_path, SendingEngine(log)) as runtime:
+        store = await runtime.store()
+        create = store.create_thread
+
+        async def logged(metadata: ThreadMetadata) -> ThreadMetadata:
+            log.append("create")
+            return await create(metadata)
+
+        monkeypatch.setattr(store, "create_thread", logged)
+        with anyio.fail_after(10):
+            async with runtime.start_session("sent", create=True) as session:
+                await session.submit(UserInput("hello"), turn_id="t1")
+                await events_until(session, TurnComplete)
+        monkeypatch.undo()
+        assert log == ["building", "sent", "create"]
+        events = await journal(runtime, "sent")
+        assert isinstance(events[0], TurnStarted) and isinstance(events[-1], TurnComplete)
+
+
+async def test_without_a_model_call_the_thread_is_made_all_the_same(tmp_path: Path) -> None:
+    """No turn, no request: the create starts after ``HOLD_S`` (an open session), or as
+    the session closes (at once)."""
+    async with make_runtime(tmp_path) as runtime:
+        with anyio.fail_after(10):
+            async with runtime.start_session("open", create=True):
+                while True:
+                    try:
+                        made = await runtime.get_thread("open")
+                        break
+                    except ThreadNotFoundError:
+                        await anyio.sleep(HOLD_S / 4)
+            async with runtime.start_session("closed", create=True):
+                pass
+        assert made.last_sequence == 0
+        assert (await runtime.get_thread("closed")).last_sequence == 0

@@ -20,7 +20,14 @@ from typing import Any, Protocol
 import anyio
 
 from roder_api.events import UsageUpdated
-from roder_api.inference import Completed, InferenceEvent, ProviderFailure, TokenUsage, Usage
+from roder_api.inference import (
+    Completed,
+    InferenceEvent,
+    ProviderFailure,
+    TokenUsage,
+    Usage,
+    request_sent,
+)
 from roder_runtime.config._sections import ReliabilityConfig
 from roder_runtime.model._ids import close_stream
 from roder_runtime.model._retry import retry_delay, should_retry
@@ -164,10 +171,13 @@ async def _stream(start: StartAttempt, consume: Consume, attempt: Attempt) -> No
         stream = await start(attempt.number)
     except ProviderFailure as failure:
         attempt.failure = failure
+        request_sent()  # the call's end: nothing more to wait for
         return
     except Exception as exc:  # noqa: BLE001 - an engine whose stream cannot even be opened
         attempt.error = exc
+        request_sent()
         return
+    sent = False
     try:
         while True:
             try:
@@ -180,6 +190,9 @@ async def _stream(start: StartAttempt, consume: Consume, attempt: Attempt) -> No
             except Exception as exc:  # noqa: BLE001 - an engine bug ends the attempt, reported
                 attempt.error = exc
                 return
+            if not sent:  # an event: the request was sent, whether or not the engine said so
+                sent = True
+                request_sent()
             if isinstance(event, Usage):
                 attempt.usage = attempt.usage + event.usage
             else:
@@ -190,6 +203,7 @@ async def _stream(start: StartAttempt, consume: Consume, attempt: Attempt) -> No
                 attempt.ended = True
                 return
     finally:
+        request_sent()  # the call's end (roder_api.inference.request_sent)
         await close_stream(stream)
 
 

@@ -26,7 +26,7 @@ from roder_api.events import (
     Event,
     JournalEvent,
 )
-from roder_api.inference import InferenceEngine
+from roder_api.inference import InferenceEngine, on_request_sent
 from roder_api.threads import ThreadLease, ThreadMetadata
 from roder_api.transcript import UserMessage
 from roder_runtime.model._catalog import ModelCatalog
@@ -196,6 +196,8 @@ class Session(JournalFollowing):
 
     async def _stop_tasks(self) -> None:
         self._closing = self._sink.closing = True
+        if self._new is not None:
+            self._new.go()  # a close does not wait for a model request to make the thread
         self._follow_scope.cancel()
         if self._turn is not None:
             self._turn.abort(self._close_reason)
@@ -335,7 +337,9 @@ class Session(JournalFollowing):
 
     async def _run_worker(self) -> None:
         try:
-            await self._work()
+            # A new thread is made once the first model request is sent (NewThread.go).
+            with on_request_sent(self._new.go if self._new is not None else None):
+                await self._work()
         except RecorderError as exc:
             self._error = exc
         except Exception as exc:  # noqa: BLE001 - kept and reported by submit and next_event

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -272,6 +274,40 @@ class InferenceTurnContext:
     attempt: int = 1
 
 
+# --- the request-sent hint -----------------------------------------------------------------
+
+_REQUEST_SENT: ContextVar[Callable[[], object] | None] = ContextVar(
+    "roder_request_sent", default=None
+)
+
+
+def request_sent() -> None:
+    """Say that the running model call's request is on the wire (optional, cheap).
+
+    An engine calls it once its request is written, before it waits for the answer
+    (``roder_api.enginekit.httpx_client.HttpxClient`` does so for every request it sends).
+    The runtime holds back blocking work that would compete with the request for the
+    interpreter until then (a new thread's create, ``Runtime.start_session(create=True)``),
+    or until the call's first event, its end, or a short deadline. Outside a model call it
+    does nothing; calling it again does nothing more.
+    """
+    callback = _REQUEST_SENT.get()
+    if callback is not None:
+        callback()
+
+
+@contextmanager
+def on_request_sent(callback: Callable[[], object] | None) -> Iterator[None]:
+    """Call ``callback`` (on the event loop) each time the code run inside, in this task
+    or the tasks it starts, calls :func:`request_sent` (None: nothing is called there): the
+    runtime's side of the hint."""
+    token = _REQUEST_SENT.set(callback)
+    try:
+        yield
+    finally:
+        _REQUEST_SENT.reset(token)
+
+
 # --- the engine base class ------------------------------------------------------------------
 
 
@@ -351,4 +387,6 @@ __all__ = [
     "ToolCallCompleted",
     "ToolSpec",
     "Usage",
+    "on_request_sent",
+    "request_sent",
 ]

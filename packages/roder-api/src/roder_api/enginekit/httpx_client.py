@@ -8,7 +8,9 @@ an engine that depends on httpx itself (``roder_api.enginekit`` never imports it
 place: the terminal events go out only after the body is read to its end and the
 connection released; a stream that ends before its terminal event is
 ``STREAM_INTERRUPTED``; leaving a stream early still runs httpx's nested body generators to
-their end (trio warns about suspended ones), with a zero deadline when abandoned.
+their end (trio warns about suspended ones), with a zero deadline when abandoned; once a
+request's body is written, ``roder_api.inference.request_sent()`` tells the runtime (through
+httpx's ``trace`` request extension).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import orjson
 
 from roder_api.enginekit._failures import MAX_ERROR_BODY, transport_failure
 from roder_api.enginekit._sse import ServerSentEvent, aiter_sse
-from roder_api.inference import InferenceEvent, ProviderFailure, ProviderFailureKind
+from roder_api.inference import InferenceEvent, ProviderFailure, ProviderFailureKind, request_sent
 
 SETTLE_SECONDS = 1.0
 """How long the end of a body is awaited after the stream's terminal event."""
@@ -202,7 +204,7 @@ class HttpxClient:
         """
         client = self.client()
         request = client.build_request(
-            "POST", path, content=orjson.dumps(body), headers=dict(headers)
+            "POST", path, content=orjson.dumps(body), headers=dict(headers), extensions=_SENT
         )
         try:
             response = await client.send(request, stream=True)
@@ -294,6 +296,7 @@ class HttpxClient:
                 path,
                 content=orjson.dumps(body) if body is not None else None,
                 headers=dict(headers),
+                extensions=_SENT,
             )
         except httpx.HTTPError as error:
             raise self.failure(error, streaming=False) from None
@@ -312,6 +315,16 @@ class HttpxClient:
                 ProviderFailureKind.OTHER,
                 f"the server answered {method} {path} with something that is not JSON",
             ) from None
+
+
+async def _trace(name: str, info: Mapping[str, Any]) -> None:
+    """httpcore's trace of a request: tell the runtime once its body is written."""
+    if name.endswith(".send_request_body.complete"):  # http11. or http2.
+        request_sent()
+
+
+_SENT: dict[str, Any] = {"trace": _trace}
+"""The request extensions of every request sent (httpx's documented ``trace``)."""
 
 
 async def _no_events() -> AsyncGenerator[ServerSentEvent, None]:
