@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -159,3 +161,30 @@ def test_a_forked_child_opens_the_journal_anew_and_its_writes_land(tmp_path: Pat
     journal.write_bytes(b"")
     subprocess.run([sys.executable, "-c", FORK, str(journal)], check=True, timeout=60)
     assert journal.read_bytes() == b"parent\nchild\nparent again\n"
+
+
+def descriptors_on(path: Path) -> int:
+    """Return how many of this process's descriptors are open on the file at ``path``."""
+    target = os.stat(path)
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            st = os.stat(f"/proc/self/fd/{name}")
+            count += (st.st_ino, st.st_dev) == (target.st_ino, target.st_dev)
+    return count
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
+async def test_a_new_journal_is_kept_open_unlocked_for_its_first_append(tmp_path: Path) -> None:
+    """The create hands its descriptor to the kept journals: the first append opens
+    nothing (fails when the create closes it), and another process can lock it meanwhile."""
+    store = await JsonlThreadStoreFactory(tmp_path / "s").open()
+    await store.create_thread(ThreadMetadata("t1", 1, 1))
+    path = store.journal_path("t1")
+    assert descriptors_on(path) == 1
+    assert await anyio.to_thread.run_sync(lock_state, path) == "free"
+    await store.append_events("t1", [item("first")])
+    assert descriptors_on(path) == 1  # the same one, used again
+    assert [e.event for e in await store.read_events("t1")] == [item("first")]
+    await store.aclose()
+    assert descriptors_on(path) == 0

@@ -184,10 +184,11 @@ class KeptJournals:
             raise
 
     def release(self, path: str, fd: int, st: os.stat_result | None, *, keep: bool) -> None:
-        """Drop the lock :meth:`lock` took; keep the descriptor open for the next commit
-        (closing the oldest kept beyond :data:`KEEP_OPEN`) or, unless ``keep``, close it.
-        Without ``st`` (a descriptor opened elsewhere, as where there is no ``flock``), or
-        without ``flock``, it is closed."""
+        """Drop the lock :meth:`lock` took (or a new journal's, its create's); keep the
+        descriptor open for the next commit (closing the oldest kept beyond
+        :data:`KEEP_OPEN`) or, unless ``keep``, close it. Without ``st`` (a descriptor
+        opened elsewhere, as where there is no ``flock``), or without ``flock``, it is
+        closed. A kept descriptor must be open for appending (``APPEND``)."""
         if st is None or fcntl is None or not keep:
             unlock(fd)
             return

@@ -409,10 +409,11 @@ class JournalWriter:
         without its first line: the line is written to a new file under ``tmp/`` and
         synced, then linked into place (``link`` is atomic and refuses to replace an
         existing journal), then the directory is synced (the new name survives a power
-        cut). The journal's state is built from the line just written (no rescan), so the
-        first append finds it cached. Its index row is deferred like a group commit's
-        (``INDEX_FLUSH_INTERVAL_S``): listings here write it first, another process's may
-        lag by that much, and the next opener after a crash catches it up.
+        cut). The journal's state is built from the line just written (no rescan), and its
+        descriptor is kept open unlocked (``KeptJournals``): the first append finds both.
+        Its index row is deferred like a group commit's (``INDEX_FLUSH_INTERVAL_S``):
+        listings here write it first, another process's may lag by that much, and the next
+        opener after a crash catches it up.
 
         The new file is locked before it is linked, and this holds the threads directory
         shared (see ``_locks``) until the journal is durable: a writer in another process
@@ -434,15 +435,19 @@ class JournalWriter:
             if directory is not None:
                 held.callback(unlock, directory)
             tmp = f"{core.tmp_dir}{os.sep}{thread_id}.{os.getpid()}.{threading.get_ident()}.tmp"
+            made: list[os.stat_result] = []  # once linked and synced
             try:
                 # Registered with its open: a forked child must not keep the new journal locked.
-                fd = open_close_on_fork(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                held.callback(unlock, fd)  # closing it drops the writer lock
+                fd = open_close_on_fork(tmp, APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
+                # Dropping the writer lock: kept open for the first append once made, else closed.
+                held.callback(
+                    lambda: self.kept.release(path, fd, made[0] if made else None, keep=True)
+                )
                 if HAVE_FLOCK:
                     lock_file(fd)  # nobody else knows the file yet: never waits
                 write_all(fd, line)
                 core.sync(fd)
-                inode = os.fstat(fd).st_ino
+                st = os.fstat(fd)
                 os.link(tmp, path)
             except FileExistsError:
                 raise ThreadExistsError(thread_id) from None
@@ -460,8 +465,11 @@ class JournalWriter:
                     os.fsync(directory)
                 else:  # pragma: no cover - Windows
                     fsync_dir(core.threads_dir)
+            made.append(st)
             core.damaged.pop(thread_id, None)
-            state = JournalState(inode, len(line), 1, line_crc(line), header_metadata(line), 0, 0)
+            state = JournalState(
+                st.st_ino, len(line), 1, line_crc(line), header_metadata(line), 0, 0
+            )
             core.states[thread_id] = state
             core.defer_states([(thread_id, state)])  # see the docstring
         core.flush_rows_soon(not_now=True)
