@@ -227,22 +227,12 @@ def _met(ok: bool) -> str:
     return "yes" if ok else "no"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    parser.add_argument(
-        "--roder",
-        metavar="COMMAND",
-        help="the command that starts roder (for an A/B against another checkout, e.g. "
-        '"env PYTHONPATH=... python -m roder_runtime"; default: the installed roder)',
-    )
-    args = parser.parse_args()
-    n = 10 if args.quick else 100
+def measure(n: int, command: Sequence[str] = ()) -> dict[str, Any]:
+    """Run O1 with ``n`` timings a row (``command`` starts roder, as ``--roder``); return
+    the rows (``added_p50_ms``, ``added_paired_p50_ms`` on the Roder rows) and the load."""
     katan, engine_url = start_katan()
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            command = shlex.split(args.roder) if args.roder else ()
             roder, roder_url = start_roder(Path(tmp), engine_url, command)
             try:
                 direct = openai.OpenAI(base_url=engine_url, api_key="local", max_retries=0)
@@ -278,28 +268,51 @@ def main() -> None:
         katan.terminate()
         katan.wait(10)
     pairs = [(new_direct, new_roder), (conv_direct, conv_roder)]
-    print(f"{'workload (SDK time to first delta)':<40} {'n':>5} {'p50 ms':>8} {'p90 ms':>8} "
-          f"{'added p50':>10} {'paired':>7} {'target':>8} {'met':>4}")  # fmt: skip
     for index, row in enumerate(rows):
         base = rows[index - index % 2]["p50_ms"]  # each Roder row against the row before it
         row["added_p50_ms"] = row["p50_ms"] - base
         # The median of the differences of the pairs taken together (same minute, same
         # history length): less noisy than the difference of the medians.
-        paired = 0.0 if index % 2 == 0 else _paired_ms(*pairs[index // 2])
-        row["added_paired_p50_ms"] = paired
-        target, met = ("-", "-") if index % 2 == 0 else ("<= 5", _met(row["added_p50_ms"] <= 5))
-        print(f"{row['workload']:<40} {row['n']:>5} {row['p50_ms']:>8.2f} {row['p90_ms']:>8.2f} "
-              f"{row['added_p50_ms']:>10.2f} {paired:>7.2f} {target:>8} {met:>4}")  # fmt: skip
+        row["added_paired_p50_ms"] = 0.0 if index % 2 == 0 else _paired_ms(*pairs[index // 2])
+        if index % 2:
+            row["met"] = row["added_p50_ms"] <= 5
     rows[1]["server_cpu_ms_per_response"] = new_cpu
     rows[3]["server_cpu_ms_per_response"] = conv_cpu
-    print(f"roder serve CPU per response (whole): new conversation {new_cpu:.1f} ms, "
-          f"one conversation {conv_cpu:.1f} ms")  # fmt: skip
-    print(f"load average: {os.getloadavg()[0]:.2f}")
+    return {"rows": rows, "load": os.getloadavg()[0]}
+
+
+def print_rows(result: dict[str, Any]) -> None:
+    """Print the table of :func:`measure`'s result."""
+    rows = result["rows"]
+    print(f"{'workload (SDK time to first delta)':<40} {'n':>5} {'p50 ms':>8} {'p90 ms':>8} "
+          f"{'added p50':>10} {'paired':>7} {'target':>8} {'met':>4}")  # fmt: skip
+    for row in rows:
+        target, met = ("<= 5", _met(row["met"])) if "met" in row else ("-", "-")
+        print(f"{row['workload']:<40} {row['n']:>5} {row['p50_ms']:>8.2f} {row['p90_ms']:>8.2f} "
+              f"{row['added_p50_ms']:>10.2f} {row['added_paired_p50_ms']:>7.2f} {target:>8} "
+              f"{met:>4}")  # fmt: skip
+    print(f"roder serve CPU per response (whole): new conversation "
+          f"{rows[1]['server_cpu_ms_per_response']:.1f} ms, one conversation "
+          f"{rows[3]['server_cpu_ms_per_response']:.1f} ms")  # fmt: skip
+    print(f"load average: {result['load']:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument(
+        "--roder",
+        metavar="COMMAND",
+        help="the command that starts roder (for an A/B against another checkout, e.g. "
+        '"env PYTHONPATH=... python -m roder_runtime"; default: the installed roder)',
+    )
+    args = parser.parse_args()
+    result = measure(10 if args.quick else 100, shlex.split(args.roder) if args.roder else ())
+    print_rows(result)
     if args.json:
         with open(args.json, "w") as out:
-            json.dump(
-                {"rows": rows, "quick": args.quick, "load": os.getloadavg()[0]}, out, indent=2
-            )
+            json.dump({**result, "quick": args.quick}, out, indent=2)
 
 
 if __name__ == "__main__":

