@@ -140,10 +140,13 @@ async def call_model(
             attempt.preempted, attempt.called = True, False
             return attempts
         with anyio.CancelScope(deadline=deadline if deadline is not None else float("inf")) as sc:
-            if preempt is None:
-                await _stream(start, consume, attempt)
-            else:
-                await _stream_preemptible(start, consume, attempt, preempt)
+            try:
+                if preempt is None:
+                    await _stream(start, consume, attempt)
+                else:
+                    await _stream_preemptible(start, consume, attempt, preempt)
+            finally:
+                request_sent()  # the attempt's end: nothing held back waits for it any more
         if sc.cancelled_caught and not attempt.preempted:
             attempt.timed_out = True
             return attempts
@@ -171,11 +174,9 @@ async def _stream(start: StartAttempt, consume: Consume, attempt: Attempt) -> No
         stream = await start(attempt.number)
     except ProviderFailure as failure:
         attempt.failure = failure
-        request_sent()  # the call's end: nothing more to wait for
         return
     except Exception as exc:  # noqa: BLE001 - an engine whose stream cannot even be opened
         attempt.error = exc
-        request_sent()
         return
     sent = False
     try:
@@ -192,7 +193,7 @@ async def _stream(start: StartAttempt, consume: Consume, attempt: Attempt) -> No
                 return
             if not sent:  # an event: the request was sent, whether or not the engine said so
                 sent = True
-                request_sent()
+                request_sent()  # (roder_api.inference.request_sent)
             if isinstance(event, Usage):
                 attempt.usage = attempt.usage + event.usage
             else:
@@ -203,7 +204,6 @@ async def _stream(start: StartAttempt, consume: Consume, attempt: Attempt) -> No
                 attempt.ended = True
                 return
     finally:
-        request_sent()  # the call's end (roder_api.inference.request_sent)
         await close_stream(stream)
 
 

@@ -60,8 +60,8 @@ class NewThread:
     first model request is on the wire (``roder_api.inference.request_sent``), at that
     call's first event or end, or as it closes. Their blocking calls then run while the
     event loop waits for the model, instead of taking the interpreter from the loop while
-    it builds and sends the request (measured: ~1 ms sooner to the first delta of a new
-    conversation through ``roder serve``, ``benchmarks/openai_bench.py``).
+    it builds and sends the request (measured: 0.4-0.8 ms sooner to the first delta of a
+    new conversation through ``roder serve``, ``benchmarks/openai_bench.py``).
     """
 
     def __init__(

@@ -204,7 +204,7 @@ class HttpxClient:
         """
         client = self.client()
         request = client.build_request(
-            "POST", path, content=orjson.dumps(body), headers=dict(headers), extensions=_SENT
+            "POST", path, content=orjson.dumps(body), headers=dict(headers), extensions=_sent()
         )
         try:
             response = await client.send(request, stream=True)
@@ -296,7 +296,7 @@ class HttpxClient:
                 path,
                 content=orjson.dumps(body) if body is not None else None,
                 headers=dict(headers),
-                extensions=_SENT,
+                extensions=_sent(),
             )
         except httpx.HTTPError as error:
             raise self.failure(error, streaming=False) from None
@@ -323,8 +323,9 @@ async def _trace(name: str, info: Mapping[str, Any]) -> None:
         request_sent()
 
 
-_SENT: dict[str, Any] = {"trace": _trace}
-"""The request extensions of every request sent (httpx's documented ``trace``)."""
+def _sent() -> dict[str, Any]:
+    """Return the extensions of a request sent (httpx's documented ``trace``)."""
+    return {"trace": _trace}
 
 
 async def _no_events() -> AsyncGenerator[ServerSentEvent, None]:
