@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,22 +15,21 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[3]
 
 
-def test_the_bench_reports_time_to_first_delta_direct_and_through_roder(tmp_path: Path) -> None:
-    out = tmp_path / "bench.json"
+def run_quick(script: str, out: Path, *args: str) -> tuple[str, list[dict[str, Any]]]:
+    """Run ``benchmarks/<script> --quick --json out [args]``; return its output and rows."""
     result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "openai_bench.py"),
-            "--quick",
-            "--json",
-            str(out),
-        ],
+        [sys.executable, str(REPO / "benchmarks" / script), "--quick", "--json", str(out), *args],
         capture_output=True,
         text=True,
         timeout=240,
     )
     assert result.returncode == 0, result.stderr
-    rows = json.loads(out.read_text())["rows"]
+    rows: list[dict[str, Any]] = json.loads(out.read_text())["rows"]
+    return result.stdout, rows
+
+
+def test_the_bench_reports_time_to_first_delta_direct_and_through_roder(tmp_path: Path) -> None:
+    _, rows = run_quick("openai_bench.py", tmp_path / "bench.json")
     assert [r["workload"] for r in rows] == [
         "O1 direct, one message",
         "O1 roder serve, new conversation",
@@ -48,26 +48,10 @@ def test_the_bench_reports_time_to_first_delta_direct_and_through_roder(tmp_path
 
 def test_serve_bench_reports_the_same_rows(tmp_path: Path) -> None:
     """``serve_bench.py`` carries the SDK's time to first delta too (``--only openai``)."""
-    out = tmp_path / "serve.json"
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "serve_bench.py"),
-            "--only",
-            "openai",
-            "--quick",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert result.returncode == 0, result.stderr
-    rows = json.loads(out.read_text())["rows"]
+    stdout, rows = run_quick("serve_bench.py", tmp_path / "serve.json", "--only", "openai")
     assert [r["workload"] for r in rows][1::2] == [
         "O1 roder serve, new conversation",
         "O1 roder serve, one conversation",
     ]
     assert all(r["met"] in (True, False) and r["added_paired_p50_ms"] != 0 for r in rows[1::2])
-    assert "SDK time to first delta" in result.stdout
+    assert "SDK time to first delta" in stdout
