@@ -246,12 +246,7 @@ class StoreCore:
         the file as that state left it (the same inode and size) and no damage is
         remembered for it; else None: read the journal."""
         state = self.states.get(thread_id)
-        if (
-            state is None
-            or state.inode != st.st_ino
-            or state.size != st.st_size
-            or thread_id in self.damaged
-        ):
+        if state is None or not state.describes(st) or thread_id in self.damaged:
             return None
         return state
 
@@ -407,6 +402,6 @@ class _StateRow:
             st = os.stat(self._core.journal_file(self.thread_id))
         except OSError:
             return None  # deleted meanwhile: its delete removes the row
-        if st.st_ino != state.inode or st.st_size != state.size:
+        if not state.describes(st):
             return None
         return self._core.row(self.thread_id, state).values()

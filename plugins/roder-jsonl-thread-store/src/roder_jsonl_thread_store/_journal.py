@@ -17,6 +17,7 @@ format.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
@@ -53,6 +54,11 @@ class JournalState:
     metadata: ThreadMetadata
     boundary_offset: int
     boundary_sequence: int
+
+    def describes(self, st: os.stat_result) -> bool:
+        """Return True when ``st`` (the journal's ``stat``) shows the file this state left:
+        the same inode and size."""
+        return self.inode == st.st_ino and self.size == st.st_size
 
 
 @dataclass(frozen=True, slots=True)

@@ -435,14 +435,11 @@ class JournalWriter:
             if directory is not None:
                 held.callback(unlock, directory)
             tmp = f"{core.tmp_dir}{os.sep}{thread_id}.{os.getpid()}.{threading.get_ident()}.tmp"
-            made: list[os.stat_result] = []  # once linked and synced
+            closing = held.enter_context(contextlib.ExitStack())  # the new file, on failure
             try:
                 # Registered with its open: a forked child must not keep the new journal locked.
                 fd = open_close_on_fork(tmp, APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
-                # Dropping the writer lock: kept open for the first append once made, else closed.
-                held.callback(
-                    lambda: self.kept.release(path, fd, made[0] if made else None, keep=True)
-                )
+                closing.callback(unlock, fd)  # closing it drops the writer lock
                 if HAVE_FLOCK:
                     lock_file(fd)  # nobody else knows the file yet: never waits
                 write_all(fd, line)
@@ -465,13 +462,14 @@ class JournalWriter:
                     os.fsync(directory)
                 else:  # pragma: no cover - Windows
                     fsync_dir(core.threads_dir)
-            made.append(st)
             core.damaged.pop(thread_id, None)
             state = JournalState(
                 st.st_ino, len(line), 1, line_crc(line), header_metadata(line), 0, 0
             )
             core.states[thread_id] = state
             core.defer_states([(thread_id, state)])  # see the docstring
+            closing.pop_all()  # made: unlocked and kept open for the first append instead
+            self.kept.release(path, fd, st, keep=True)
         core.flush_rows_soon(not_now=True)
         return state.metadata
 
