@@ -21,11 +21,13 @@ import anyio.lowlevel
 import pytest
 
 from roder_api.errors import ThreadBusyError, ThreadExistsError, ThreadNotFoundError
-from roder_api.events import InputAccepted, TurnComplete, TurnStarted
+from roder_api.events import InputAccepted, TurnAborted, TurnComplete, TurnStarted
 from roder_api.inference import (
     AgentInferenceRequest,
     InferenceEvent,
     InferenceTurnContext,
+    ProviderFailure,
+    ProviderFailureKind,
     request_sent,
 )
 from roder_api.testing import ScriptedEngine
@@ -33,6 +35,7 @@ from roder_api.threads import ThreadLease, ThreadMetadata
 from roder_api.transcript import UserMessage
 from roder_jsonl_thread_store import JsonlThreadStore, JsonlThreadStoreFactory
 from roder_runtime import UserInput
+from roder_runtime.session import _resume
 from roder_runtime.session._recorder import EventRecorder
 from roder_runtime.session._resume import HOLD_S, NewThread
 from roder_runtime.store._journal import ThreadJournal
@@ -327,3 +330,66 @@ async def test_without_a_model_call_the_thread_is_made_all_the_same(tmp_path: Pa
                 pass
         assert made.last_sequence == 0
         assert (await runtime.get_thread("closed")).last_sequence == 0
+
+
+class RefusingEngine(ScriptedEngine):
+    """An engine whose call fails before any event (and never says it was sent)."""
+
+    async def stream_turn(
+        self, ctx: InferenceTurnContext, request: AgentInferenceRequest
+    ) -> AsyncIterator[InferenceEvent]:
+        raise ProviderFailure(ProviderFailureKind.INVALID_REQUEST, "refused")
+        yield  # pragma: no cover - makes this an async generator
+
+
+class SilentEngine(ScriptedEngine):
+    """An engine that never says its request was sent, and after its first event waits
+    until the thread is made (``made``, set by the test's create) before the rest."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made = anyio.Event()
+
+    async def stream_turn(
+        self, ctx: InferenceTurnContext, request: AgentInferenceRequest
+    ) -> AsyncIterator[InferenceEvent]:
+        async with aclosing(super().stream_turn(ctx, request)) as events:
+            async for event in events:
+                yield event
+                await self.made.wait()  # the first event alone must let the create start
+
+
+@pytest.mark.parametrize("engine", ["silent", "refusing", "none"])
+async def test_the_hold_ends_without_the_hint_at_the_first_event_the_calls_end_or_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, engine: str
+) -> None:
+    """With ``HOLD_S`` far beyond the test's deadline, only the other releases can make the
+    thread: an engine that never calls ``request_sent`` (its first event), one that fails
+    before any event (the call's end; the failed turn is journaled), and a session closed
+    with no turn (its close). Fails when any of them is missing."""
+    monkeypatch.setattr(_resume, "HOLD_S", 600.0)
+    silent = SilentEngine()
+    engines = {"silent": silent, "refusing": RefusingEngine(), "none": ScriptedEngine()}
+    async with make_runtime(tmp_path, engines[engine]) as runtime:
+        store = await runtime.store()
+        create = store.create_thread
+
+        async def made(metadata: ThreadMetadata) -> ThreadMetadata:
+            try:
+                return await create(metadata)
+            finally:
+                silent.made.set()
+
+        monkeypatch.setattr(store, "create_thread", made)
+        with anyio.fail_after(10):
+            async with runtime.start_session("held", create=True) as session:
+                if engine != "none":
+                    await session.submit(UserInput("hello"), turn_id="t1")
+                    await events_until(session)
+        monkeypatch.undo()
+        events = await journal(runtime, "held")  # made: ThreadNotFoundError otherwise
+    if engine == "none":
+        assert events == []
+    else:
+        ended = TurnComplete if engine == "silent" else TurnAborted
+        assert isinstance(events[-1], ended) and events[-1].turn_id == "t1"
