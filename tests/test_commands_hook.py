@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import subprocess
 import sys
 import types
+from collections.abc import Callable
 
 import pytest
 
 from roder_api import ExtensionRegistryBuilder, hookimpl
 from roder_api.commands import Command, CommandContext
 from roder_api.errors import DuplicateRegistrationError
+from roder_runtime import cli
 from roder_runtime.cli import build_parser
+from roder_runtime.cli._common import CommandError, event_loop_options
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
@@ -49,3 +53,44 @@ def test_the_cli_adds_the_installed_plugin_commands() -> None:
         [sys.executable, "-m", "roder_runtime", "--help"], capture_output=True, text=True
     )
     assert done.returncode == 0 and "serve" in done.stdout
+
+
+def test_a_command_chooses_its_event_loop_and_the_variable_overrides_it() -> None:
+    assert Command("hello", "say hello", _configure, _run).loop == "asyncio"
+    with pytest.raises(ValueError, match="trio"):
+        Command("hello", "say hello", _configure, _run, loop="trio")  # type: ignore[arg-type]
+    assert event_loop_options("asyncio", {}) == {}
+    assert event_loop_options("uvloop", {}) == {"use_uvloop": True}  # installed with the server
+    assert event_loop_options("uvloop", {"RODER_EVENT_LOOP": "asyncio"}) == {}
+    assert event_loop_options("asyncio", {"RODER_EVENT_LOOP": " UVLOOP "}) == {"use_uvloop": True}
+    with pytest.raises(CommandError, match="asyncio or uvloop, not 'uvlop'") as bad:
+        event_loop_options("asyncio", {"RODER_EVENT_LOOP": "uvlop"})
+    assert bad.value.exit_code == 2
+
+
+def test_roder_runs_a_command_on_the_loop_it_asks_for(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert build_parser(["serve"]).parse_args(["serve"]).roder_event_loop == "uvloop"
+    seen: list[str] = []
+
+    async def handler(args: argparse.Namespace) -> int:
+        seen.append(type(asyncio.get_running_loop()).__module__.split(".")[0])
+        return 7
+
+    def parser_of(loop: str) -> Callable[[object], argparse.ArgumentParser]:
+        def build(argv: object) -> argparse.ArgumentParser:
+            parser = argparse.ArgumentParser()
+            parser.set_defaults(handler=handler, roder_event_loop=loop, debug=False)
+            return parser
+
+        return build
+
+    monkeypatch.delenv("RODER_EVENT_LOOP", raising=False)
+    for loop in ("uvloop", "asyncio"):
+        monkeypatch.setattr(cli, "build_parser", parser_of(loop))
+        assert cli.main([]) == 7
+    assert seen == ["uvloop", "asyncio"]  # uvloop.Loop, then asyncio's own loop class
+    monkeypatch.setenv("RODER_EVENT_LOOP", "uvlop")
+    assert cli.main([]) == 2 and len(seen) == 2
+    assert "RODER_EVENT_LOOP must be asyncio or uvloop" in capsys.readouterr().err

@@ -29,6 +29,7 @@ from roder_runtime.cli._common import (
     EXIT_USAGE,
     CommandError,
     add_global_flags,
+    event_loop_options,
 )
 
 COMMANDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
@@ -132,7 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import anyio
 
     try:
-        code: int = anyio.run(handler, args)
+        # A plugin command may ask for uvloop (roder serve does): Command.loop.
+        options = event_loop_options(getattr(args, "roder_event_loop", "asyncio"))
+        code: int = anyio.run(handler, args, backend_options=options)
         return code
     except KeyboardInterrupt:
         print("roder: interrupted", file=sys.stderr)

@@ -5,11 +5,20 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import importlib
+import importlib.util
 import os
 import re
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -32,6 +41,36 @@ class CommandError(Exception):
     def __init__(self, message: str, exit_code: int = EXIT_FAILURE) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+EVENT_LOOP_ENV = "RODER_EVENT_LOOP"
+"""The variable that chooses every command's event loop: ``asyncio`` or ``uvloop``."""
+
+
+def event_loop_options(wanted: str, environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
+    """Return ``anyio.run``'s ``backend_options`` for a command that asks for the event loop
+    ``wanted`` (``roder_api.commands.Command.loop``): uvloop's for ``uvloop`` when uvloop
+    is installed (never on Windows), asyncio's otherwise.
+
+    ``RODER_EVENT_LOOP`` (``asyncio`` or ``uvloop``) overrides the command's choice; raise
+    :class:`CommandError` (a usage error) for another value, or when it asks for uvloop
+    and uvloop is not installed.
+    """
+    forced = environ.get(EVENT_LOOP_ENV, "").strip().lower()
+    if forced and forced not in ("asyncio", "uvloop"):
+        raise CommandError(
+            f"{EVENT_LOOP_ENV} must be asyncio or uvloop, not {forced!r}", EXIT_USAGE
+        )
+    if (forced or wanted) != "uvloop":
+        return {}
+    if sys.platform != "win32" and importlib.util.find_spec("uvloop") is not None:
+        return {"use_uvloop": True}
+    if forced:
+        raise CommandError(
+            f"{EVENT_LOOP_ENV}=uvloop, but uvloop is not installed (pip install uvloop)",
+            EXIT_USAGE,
+        )
+    return {}
 
 
 def lazy_handler(module: str, name: str) -> Callable[[argparse.Namespace], Awaitable[int]]:

@@ -93,7 +93,7 @@ def register(subparsers: Any, taken: set[str], chosen: str | None = "*") -> None
             continue
         command.configure(parser)
         add_global_flags_below(parser)  # `roder serve --debug`, as `roder threads list --debug`
-        parser.set_defaults(handler=functools.partial(_run, command))
+        parser.set_defaults(handler=functools.partial(_run, command), roder_event_loop=command.loop)
 
 
 async def _unavailable(command: LazyCommand, args: argparse.Namespace) -> int:

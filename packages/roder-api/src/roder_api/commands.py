@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from roder_api.errors import PluginSettingsError
 
@@ -50,12 +50,25 @@ class CommandContext(Protocol):
 class Command:
     """A ``roder`` sub-command: its ``name``, one-line ``help``, ``configure`` (adds its
     arguments to the sub-command's parser) and ``run`` (awaited with the parsed arguments
-    and a :class:`CommandContext`; returns the exit code)."""
+    and a :class:`CommandContext`; returns the exit code).
+
+    ``loop`` is the event loop it runs on: ``asyncio`` (the default), or ``uvloop`` for a
+    server (uvloop's loop when it is installed, asyncio's otherwise; the variable
+    ``RODER_EVENT_LOOP`` = ``asyncio`` or ``uvloop`` overrides it for every command)."""
 
     name: str
     help: str
     configure: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, CommandContext], Awaitable[int]]
+    loop: Literal["asyncio", "uvloop"] = "asyncio"
+
+    def __post_init__(self) -> None:
+        if self.loop not in EVENT_LOOPS:
+            raise ValueError(f"Command.loop must be 'asyncio' or 'uvloop', not {self.loop!r}")
+
+
+EVENT_LOOPS = ("asyncio", "uvloop")
+"""The event loops a :class:`Command` may ask for."""
 
 
 def report_table(
@@ -77,4 +90,4 @@ def report_table(
         )
 
 
-__all__ = ["Command", "CommandContext", "report_table"]
+__all__ = ["EVENT_LOOPS", "Command", "CommandContext", "report_table"]
