@@ -90,4 +90,4 @@ def report_table(
         )
 
 
-__all__ = ["EVENT_LOOPS", "Command", "CommandContext", "report_table"]
+__all__ = ["Command", "CommandContext", "EVENT_LOOPS", "report_table"]
