@@ -56,8 +56,10 @@ def event_loop_options(wanted: str, environ: Mapping[str, str] = os.environ) -> 
     :class:`CommandError` (a usage error) for another value, or when it asks for uvloop
     and uvloop is not installed.
     """
+    from roder_api.commands import EVENT_LOOPS
+
     forced = environ.get(EVENT_LOOP_ENV, "").strip().lower()
-    if forced and forced not in ("asyncio", "uvloop"):
+    if forced and forced not in EVENT_LOOPS:
         raise CommandError(
             f"{EVENT_LOOP_ENV} must be asyncio or uvloop, not {forced!r}", EXIT_USAGE
         )
