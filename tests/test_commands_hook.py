@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import subprocess
 import sys
 import types
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -91,6 +93,50 @@ def test_roder_runs_a_command_on_the_loop_it_asks_for(
         monkeypatch.setattr(cli, "build_parser", parser_of(loop))
         assert cli.main([]) == 7
     assert seen == ["uvloop", "asyncio"]  # uvloop.Loop, then asyncio's own loop class
+    for forced, asked in (("asyncio", "uvloop"), ("uvloop", "asyncio")):  # the variable wins
+        monkeypatch.setenv("RODER_EVENT_LOOP", forced)
+        monkeypatch.setattr(cli, "build_parser", parser_of(asked))
+        assert cli.main([]) == 7
+    assert seen == ["uvloop", "asyncio", "asyncio", "uvloop"]
     monkeypatch.setenv("RODER_EVENT_LOOP", "uvlop")
-    assert cli.main([]) == 2 and len(seen) == 2
+    assert cli.main([]) == 2 and len(seen) == 4
     assert "RODER_EVENT_LOOP must be asyncio or uvloop" in capsys.readouterr().err
+
+
+def test_without_uvloop_a_command_that_asks_runs_on_asyncio_and_the_variable_is_refused(
+    tmp_path: Path,
+) -> None:
+    """In a real process where uvloop cannot be imported: ``roder serve``'s choice falls
+    back to asyncio's loop, and ``RODER_EVENT_LOOP=uvloop roder threads list`` is a usage
+    error that says why (nothing runs)."""
+    script = (
+        "import sys\n"
+        "sys.modules['uvloop'] = None  # not importable: find_spec says it is not there\n"
+        "from roder_runtime.cli import main\n"
+        "from roder_runtime.cli._common import event_loop_options\n"
+        "assert event_loop_options('uvloop', {}) == {}\n"
+        "sys.exit(main(['threads', 'list']))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
+    env.update({"RODER_HOME": str(tmp_path), "RODER_EVENT_LOOP": "uvloop"})
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 2, done.stderr
+    assert "RODER_EVENT_LOOP=uvloop, but uvloop is not installed" in done.stderr
+    env["RODER_EVENT_LOOP"] = "asyncio"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_installed_roder_refuses_a_bad_event_loop(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
+    env.update({"RODER_HOME": str(tmp_path), "RODER_EVENT_LOOP": "tokio"})
+    roder = Path(sys.executable).parent / "roder"
+    done = subprocess.run(
+        [str(roder), "threads", "list"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 2
+    assert "roder: error: RODER_EVENT_LOOP must be asyncio or uvloop, not 'tokio'" in done.stderr

@@ -50,7 +50,7 @@ EVENT_LOOP_ENV = "RODER_EVENT_LOOP"
 def event_loop_options(wanted: str, environ: Mapping[str, str] = os.environ) -> dict[str, Any]:
     """Return ``anyio.run``'s ``backend_options`` for a command that asks for the event loop
     ``wanted`` (``roder_api.commands.Command.loop``): uvloop's for ``uvloop`` when uvloop
-    is installed (never on Windows), asyncio's otherwise.
+    is installed, asyncio's otherwise (anyio never uses uvloop on Windows).
 
     ``RODER_EVENT_LOOP`` (``asyncio`` or ``uvloop``) overrides the command's choice; raise
     :class:`CommandError` (a usage error) for another value, or when it asks for uvloop
@@ -60,12 +60,11 @@ def event_loop_options(wanted: str, environ: Mapping[str, str] = os.environ) -> 
 
     forced = environ.get(EVENT_LOOP_ENV, "").strip().lower()
     if forced and forced not in EVENT_LOOPS:
-        raise CommandError(
-            f"{EVENT_LOOP_ENV} must be asyncio or uvloop, not {forced!r}", EXIT_USAGE
-        )
+        choices = " or ".join(EVENT_LOOPS)
+        raise CommandError(f"{EVENT_LOOP_ENV} must be {choices}, not {forced!r}", EXIT_USAGE)
     if (forced or wanted) != "uvloop":
         return {}
-    if sys.platform != "win32" and importlib.util.find_spec("uvloop") is not None:
+    if importlib.util.find_spec("uvloop") is not None:
         return {"use_uvloop": True}
     if forced:
         raise CommandError(

@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from roder_api.errors import PluginSettingsError
 
@@ -46,6 +46,13 @@ class CommandContext(Protocol):
         ...
 
 
+EventLoop = Literal["asyncio", "uvloop"]
+"""The event loops a :class:`Command` may ask for (its ``loop``)."""
+
+EVENT_LOOPS: tuple[str, ...] = get_args(EventLoop)
+"""The same names, as a tuple: ``("asyncio", "uvloop")``."""
+
+
 @dataclass(frozen=True, slots=True)
 class Command:
     """A ``roder`` sub-command: its ``name``, one-line ``help``, ``configure`` (adds its
@@ -60,15 +67,11 @@ class Command:
     help: str
     configure: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, CommandContext], Awaitable[int]]
-    loop: Literal["asyncio", "uvloop"] = "asyncio"
+    loop: EventLoop = "asyncio"
 
     def __post_init__(self) -> None:
         if self.loop not in EVENT_LOOPS:
-            raise ValueError(f"Command.loop must be 'asyncio' or 'uvloop', not {self.loop!r}")
-
-
-EVENT_LOOPS = ("asyncio", "uvloop")
-"""The event loops a :class:`Command` may ask for."""
+            raise ValueError(f"Command.loop must be {' or '.join(EVENT_LOOPS)}, not {self.loop!r}")
 
 
 def report_table(
@@ -90,4 +93,4 @@ def report_table(
         )
 
 
-__all__ = ["Command", "CommandContext", "EVENT_LOOPS", "report_table"]
+__all__ = ["Command", "CommandContext", "EVENT_LOOPS", "EventLoop", "report_table"]
