@@ -35,6 +35,19 @@ def postgres_dsn() -> str | None:
     return dsn
 
 
+KEPT_VARIABLES = ("RODER_EVENT_LOOP",)
+"""The ``RODER_`` variables a benchmarked server keeps from the caller's environment:
+``RODER_EVENT_LOOP=asyncio python benchmarks/serve_bench.py`` measures asyncio's loop."""
+
+
+def server_env(extra: dict[str, str]) -> dict[str, str]:
+    """Return the environment of a benchmarked ``roder serve``: the caller's without its
+    ``RODER_`` settings (but :data:`KEPT_VARIABLES`), with ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_") or k in KEPT_VARIABLES}
+    env.update(extra)
+    return env
+
+
 class ServeProcess:
     """One ``roder serve`` on a store in ``home`` (restartable; ``port`` fixed or 0)."""
 
@@ -82,8 +95,7 @@ class ServeProcess:
 
     def start(self, timeout_s: float = 60.0) -> str:
         """Start the server; return its URL once ``/readyz`` answers."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
-        env.update({"RODER_HOME": str(self.home / "home"), "PYTHONUNBUFFERED": "1"})
+        env = server_env({"RODER_HOME": str(self.home / "home"), "PYTHONUNBUFFERED": "1"})
         args = [str(RODER), "--config", str(self.config), "serve", "--port", str(self.port)]
         if self.workers > 1:
             args += ["--workers", str(self.workers)]

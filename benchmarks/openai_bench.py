@@ -21,6 +21,8 @@ One workload, next to its baseline measured in the same run (wall time, medians 
     python benchmarks/openai_bench.py --quick    # a short run (CI smoke)
     python benchmarks/openai_bench.py --roder "env PYTHONPATH=... python -m roder_runtime"
         # another checkout's roder (run from outside this one: its directory would win)
+    RODER_EVENT_LOOP=asyncio python benchmarks/openai_bench.py
+        # roder serve on asyncio's loop instead of uvloop (the server keeps that variable)
 
 Target: Roder adds at most 5 ms at p50.
 """
@@ -46,6 +48,9 @@ from typing import Any
 import httpx
 import openai
 from openai.types.chat import ChatCompletionChunk
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _serve_common import server_env  # noqa: E402 - after the path setup
 
 PREFIX = "roder serve: listening on "
 BIN = Path(sys.executable).parent
@@ -96,8 +101,7 @@ def start_roder(
         f'[thread_store]\nbackend = "jsonl"\npath = "{home / "threads"}"\n'
         f'[engines.openai-chat]\nbase_url = "{engine_url}"\napi_key_env = "BENCH_KATAN_KEY"\n'
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RODER_")}
-    env.update({"RODER_HOME": str(home / "home"), "BENCH_KATAN_KEY": "local"})
+    env = server_env({"RODER_HOME": str(home / "home"), "BENCH_KATAN_KEY": "local"})
     proc = subprocess.Popen(
         [*(command or [str(BIN / "roder")]), "--config", str(config), "serve", "--port", "0"],
         stdin=subprocess.DEVNULL,
