@@ -35,9 +35,10 @@ def postgres_dsn() -> str | None:
     return dsn
 
 
-KEPT_VARIABLES = ("RODER_EVENT_LOOP",)
+KEPT_VARIABLES = ("RODER_EVENT_LOOP", "RODER_ENGINE_HTTP")
 """The ``RODER_`` variables a benchmarked server keeps from the caller's environment:
-``RODER_EVENT_LOOP=asyncio python benchmarks/serve_bench.py`` measures asyncio's loop."""
+``RODER_EVENT_LOOP=asyncio python benchmarks/serve_bench.py`` measures asyncio's loop,
+``RODER_ENGINE_HTTP=httpx python benchmarks/openai_bench.py`` the engine on httpx."""
 
 
 def server_env(extra: dict[str, str]) -> dict[str, str]:
