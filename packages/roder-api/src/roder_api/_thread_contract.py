@@ -14,20 +14,17 @@ the one rule for where replay starts (the kit re-exports it).
 
 from __future__ import annotations
 
-import os
 import re
-import socket
-import threading
-import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from roder_api._leases import LeaseHolder, ThreadLease, process_lease
 from roder_api._record import Record, from_dict, register
 from roder_api._store_waits import AppendWakeups, find_pending_input, poll_for_events
-from roder_api.errors import InvalidThreadIdError, ThreadBusyError, ThreadNotFoundError
+from roder_api.errors import InvalidThreadIdError, ThreadNotFoundError
 from roder_api.events import (
     Event,
     ItemCompleted,
@@ -169,56 +166,6 @@ class EventPage:
     next_before: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseHolder:
-    """Who holds a thread's lease: the owner's name, its process id and host, and since when."""
-
-    owner: str
-    pid: int
-    host: str
-    since_ms: int
-
-    @classmethod
-    def current(cls, owner: str) -> LeaseHolder:
-        """Return a holder for ``owner`` in this process, on this host, from now."""
-        return cls(owner, os.getpid(), socket.gethostname(), int(time.time() * 1000))
-
-    def describe(self) -> str:
-        """Return the holder in words: owner, pid, host and since when (UTC)."""
-        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.since_ms / 1000))
-        return f"{self.owner} (pid {self.pid} on {self.host}, since {since})"
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadLease:
-    """The right, held by one session at a time, to run turns on a thread."""
-
-    thread_id: str
-    holder: LeaseHolder
-
-
-class _ProcessLeases:
-    """The leases held in this process by stores that have no cross-process lease."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._held: dict[tuple[int, str], LeaseHolder] = {}
-
-    def acquire(self, scope: int, thread_id: str, holder: LeaseHolder) -> None:
-        with self._lock:
-            current = self._held.get((scope, thread_id))
-            if current is not None:
-                raise ThreadBusyError(thread_id, current)
-            self._held[(scope, thread_id)] = holder
-
-    def release(self, scope: int, thread_id: str) -> None:
-        with self._lock:
-            self._held.pop((scope, thread_id), None)
-
-
-_PROCESS_LEASES = _ProcessLeases()
-
-
 class _Unset:
     def __repr__(self) -> str:
         return "UNSET"
@@ -250,6 +197,20 @@ class ThreadStore(ABC):
         Raise ``ThreadExistsError`` when the id is taken. Usage, counts and
         ``last_sequence`` of ``metadata`` are ignored: they are folded from the journal.
         """
+
+    async def create_thread_with_events(
+        self, metadata: ThreadMetadata, events: Sequence[Event]
+    ) -> list[JournalEvent]:
+        """Create a thread and journal its first ``events``; return them as journaled.
+
+        What :meth:`create_thread`, then :meth:`append_events`, do (which this default
+        calls); a store may do both in one durable write, never leaving the thread without
+        them (the JSONL store: one sync instead of three). ``ThreadExistsError`` when the
+        id is taken, and nothing is written. ``Runtime.start_session(create=True)`` makes a
+        new thread with the first turn's start this way.
+        """
+        await self.create_thread(metadata)
+        return await self.append_events(metadata.thread_id, events) if events else []
 
     @abstractmethod
     async def get_thread(self, thread_id: str) -> ThreadMetadata:
@@ -360,16 +321,7 @@ class ThreadStore(ABC):
         shared by processes (or machines) override it with an OS or database lock.
         """
         validate_thread_id(thread_id)
-        return self._process_lease(thread_id, owner)
-
-    @asynccontextmanager
-    async def _process_lease(self, thread_id: str, owner: str) -> AsyncIterator[ThreadLease]:
-        holder = LeaseHolder.current(owner)
-        _PROCESS_LEASES.acquire(id(self), thread_id, holder)
-        try:
-            yield ThreadLease(thread_id, holder)
-        finally:
-            _PROCESS_LEASES.release(id(self), thread_id)
+        return process_lease(id(self), thread_id, owner)
 
     wait_poll_s: ClassVar[tuple[float, float]] = (0.02, 0.25)
     """The first and the longest pause of the default :meth:`wait_for_events` poll."""

@@ -22,6 +22,7 @@ from roder_api.storekit import (
     FileLeases,
     GroupCommit,
     RepairableThreadStore,
+    payloads_of,
     run_in_worker,
 )
 from roder_api.threads import (
@@ -144,6 +145,23 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
+
+    async def create_thread_with_events(
+        self, metadata: ThreadMetadata, events: Sequence[Event]
+    ) -> list[JournalEvent]:
+        """Create the thread's journal with ``events`` after its first line: one write,
+        one sync of the file and one of its directory (``ThreadExistsError``: nothing)."""
+        validate_thread_id(metadata.thread_id)
+        if not events:
+            await self.create_thread(metadata)
+            return []
+        commit = self._writer.events_commit(
+            metadata.thread_id, events_list(payloads_of(events)), list(events)
+        )
+        await self.run_sync(self._writer.create, metadata, commit)
+        entries: list[JournalEvent] = commit.result
+        self.notify_appended(metadata.thread_id, entries[-1].sequence, entries)
+        return entries
 
     async def submit_append(
         self,

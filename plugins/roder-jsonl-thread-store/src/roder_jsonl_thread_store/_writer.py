@@ -402,8 +402,9 @@ class JournalWriter:
 
     # --- creating and deleting ------------------------------------------------------------
 
-    def create(self, metadata: ThreadMetadata) -> ThreadMetadata:
-        """Create a thread's journal atomically, with its metadata as the first line.
+    def create(self, metadata: ThreadMetadata, first: Commit | None = None) -> ThreadMetadata:
+        """Create a thread's journal atomically, with its metadata as the first line (and
+        the lines of ``first``, an events commit, after it: in the same write and sync).
 
         Two syncs make the new thread durable before this returns, and no journal is ever
         without its first line: the line is written to a new file under ``tmp/`` and
@@ -442,9 +443,11 @@ class JournalWriter:
                 closing.callback(unlock, fd)  # closing it drops the writer lock
                 if HAVE_FLOCK:
                     lock_file(fd)  # nobody else knows the file yet: never waits
-                write_all(fd, line)
+                state = JournalState(0, len(line), 1, line_crc(line), header_metadata(line), 0, 0)
+                write_all(fd, line + first.build(state) if first is not None else line)
                 core.sync(fd)
                 st = os.fstat(fd)
+                state.inode = st.st_ino
                 os.link(tmp, path)
             except FileExistsError:
                 raise ThreadExistsError(thread_id) from None
@@ -463,9 +466,6 @@ class JournalWriter:
                 else:  # pragma: no cover - Windows
                     fsync_dir(core.threads_dir)
             core.damaged.pop(thread_id, None)
-            state = JournalState(
-                st.st_ino, len(line), 1, line_crc(line), header_metadata(line), 0, 0
-            )
             core.states[thread_id] = state
             core.defer_states([(thread_id, state)])  # see the docstring
             closing.pop_all()  # made: unlocked and kept open for the first append instead

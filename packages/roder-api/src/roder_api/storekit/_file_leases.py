@@ -28,7 +28,8 @@ from pathlib import Path
 import anyio
 import orjson
 
-from roder_api._thread_contract import LeaseHolder, ThreadLease, validate_thread_id
+from roder_api._leases import LeaseHolder, ThreadLease
+from roder_api._thread_contract import validate_thread_id
 from roder_api.errors import StoreError, ThreadBusyError
 from roder_api.storekit._fork_guard import forget_on_fork, open_close_on_fork
 from roder_api.storekit._workers import run_in_worker

@@ -93,6 +93,28 @@ class JournalChecks(StoreKitBase):
 
     # --- appending ------------------------------------------------------------------------
 
+    async def test_create_with_events(self, thread_store: ThreadStore) -> None:
+        """``create_thread_with_events`` makes a thread holding its first events (sequences
+        from 1, folded into its metadata); a taken id is refused, the thread untouched."""
+        store = thread_store
+        meta = make_metadata(title="made with")
+        first: list[Event] = [user_item("hello", "t1"), usage_event(3, 4, "t1")]
+        entries = await store.create_thread_with_events(meta, first)
+        assert [e.sequence for e in entries] == [1, 2]
+        assert [e.event for e in entries] == first
+        assert await store.read_events(meta.thread_id) == entries
+        stored = await store.get_thread(meta.thread_id)
+        assert stored.title == "made with"
+        assert (stored.last_sequence, stored.item_count) == (2, 1)
+        with pytest.raises(ThreadExistsError):
+            await store.create_thread_with_events(make_metadata(meta.thread_id), first)
+        assert await store.read_events(meta.thread_id) == entries
+        empty = make_metadata()
+        assert await store.create_thread_with_events(empty, []) == []
+        assert (await store.get_thread(empty.thread_id)).last_sequence == 0
+        after = await store.append_events(meta.thread_id, [user_item("x", "t2")])
+        assert after[0].sequence == 3
+
     async def test_append_assigns_consecutive_sequences(self, thread_store: ThreadStore) -> None:
         """Batches get consecutive sequence numbers from 1 and read back as returned."""
         store = thread_store
