@@ -3,14 +3,16 @@
 The lease is taken and the thread created while the first turn starts, and nothing is
 read back: the store's metadata is never asked for. Its journal waits for both: a taken
 id or a refused lease is raised by ``submit``, nothing is journaled, and the lease is
-left free; a close while the create runs waits for it and releases the lease. The create
-starts once the first model request is sent (``request_sent``), or at the call's first
-event, or as the session closes, or after ``HOLD_S``.
+left free; a close while the create runs waits for it and releases the lease. The thread
+is made with the journal's first append (``ThreadStore.create_thread_with_events``, one
+store call), or alone when nothing is to be appended. The create starts once the first
+model request is sent (``request_sent``), or at the call's first event, or as the session
+closes, or after ``HOLD_S``.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,7 +23,14 @@ import anyio.lowlevel
 import pytest
 
 from roder_api.errors import ThreadBusyError, ThreadExistsError, ThreadNotFoundError
-from roder_api.events import InputAccepted, TurnAborted, TurnComplete, TurnStarted
+from roder_api.events import (
+    Event,
+    InputAccepted,
+    ItemCompleted,
+    TurnAborted,
+    TurnComplete,
+    TurnStarted,
+)
 from roder_api.inference import (
     AgentInferenceRequest,
     InferenceEvent,
@@ -44,6 +53,34 @@ from .conftest import make_runtime
 from .session_support import events_until, journal
 
 pytestmark = [pytest.mark.anyio, pytest.mark.core]
+
+
+def around_creates(
+    monkeypatch: pytest.MonkeyPatch,
+    store: Any,
+    before: Callable[[ThreadMetadata, Sequence[Event]], Awaitable[None]],
+    after: Callable[[ThreadMetadata], Awaitable[None]] | None = None,
+) -> None:
+    """Run ``before`` (given the events the thread is made with, none when made alone)
+    and ``after`` around both ways a session makes its thread."""
+    create, create_with = store.create_thread, store.create_thread_with_events
+
+    async def alone(metadata: ThreadMetadata) -> ThreadMetadata:
+        await before(metadata, ())
+        made = await create(metadata)
+        if after is not None:
+            await after(metadata)
+        return made
+
+    async def with_events(metadata: ThreadMetadata, events: Sequence[Event]) -> Any:
+        await before(metadata, events)
+        made = await create_with(metadata, events)
+        if after is not None:
+            await after(metadata)
+        return made
+
+    monkeypatch.setattr(store, "create_thread", alone)
+    monkeypatch.setattr(store, "create_thread_with_events", with_events)
 
 
 async def test_a_session_creates_its_thread_and_reads_nothing_back(
@@ -111,15 +148,13 @@ async def test_the_first_turn_waits_for_a_slow_create_and_a_close_meanwhile_free
 ) -> None:
     async with make_runtime(tmp_path) as runtime:
         store = await runtime.store()
-        create = store.create_thread
         started = anyio.Event()
 
-        async def slow(metadata: ThreadMetadata) -> ThreadMetadata:
+        async def slow(metadata: ThreadMetadata, events: Sequence[Event]) -> None:
             started.set()
             await anyio.sleep(0.5)
-            return await create(metadata)
 
-        monkeypatch.setattr(store, "create_thread", slow)
+        around_creates(monkeypatch, store, slow)
         with anyio.fail_after(20):
             async with runtime.start_session("slow", create=True) as session:
                 await started.wait()  # open: the create still under way
@@ -153,21 +188,21 @@ class SlowFirstEngine(ScriptedEngine):
                 yield event
 
 
-async def test_what_is_recorded_while_the_thread_is_made_goes_in_its_first_append(
+async def test_what_is_recorded_while_the_thread_is_made_goes_in_the_next_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The model's output comes after the turn's start was handed to the recorder.
     engine = SlowFirstEngine()
     async with make_runtime(tmp_path, engine) as runtime:
         store = await runtime.store()
-        create = store.create_thread
         made = anyio.Event()
+        made_with: list[int] = []
 
-        async def slow(metadata: ThreadMetadata) -> ThreadMetadata:
+        async def slow(metadata: ThreadMetadata, events: Sequence[Event]) -> None:
             await made.wait()
-            return await create(metadata)
+            made_with.append(len(events))
 
-        monkeypatch.setattr(store, "create_thread", slow)
+        around_creates(monkeypatch, store, slow)
         appends: list[int] = []
         append = store.append_events
 
@@ -191,8 +226,12 @@ async def test_what_is_recorded_while_the_thread_is_made_goes_in_its_first_appen
                 await events_until(session, TurnComplete)
         events = await journal(runtime, "made")
         assert isinstance(events[0], TurnStarted) and isinstance(events[-1], TurnComplete)
-        assert appends[0] == waiting, f"appends of {appends}: the first took not all that waited"
-        assert session.recorder.batches == len(appends)
+        # The thread was made with the turn's start (what was recorded until the request
+        # went out, the hold's end), and what came while it was made (the model's output)
+        # went in the one append right after it: nothing waited longer.
+        assert made_with == [3], f"made with {made_with}"
+        assert appends[0] == waiting - 3, f"appends of {appends}: the first took not all"
+        assert session.recorder.batches == 1 + len(appends)
 
 
 async def test_input_journaled_elsewhere_on_the_new_thread_is_answered_after_its_first_turn(
@@ -204,14 +243,14 @@ async def test_input_journaled_elsewhere_on_the_new_thread_is_answered_after_its
     async with make_runtime(tmp_path) as runtime:
         store = await runtime.store()
         other = await JsonlThreadStoreFactory(base_path=tmp_path).open()
-        create = store.create_thread
 
-        async def create_then_other_appends(metadata: ThreadMetadata) -> ThreadMetadata:
-            made = await create(metadata)
+        async def nothing(metadata: ThreadMetadata, events: Sequence[Event]) -> None:
+            pass
+
+        async def other_appends(metadata: ThreadMetadata) -> None:
             await other.append_events(metadata.thread_id, [InputAccepted("theirs", "also me")])
-            return made
 
-        monkeypatch.setattr(store, "create_thread", create_then_other_appends)
+        around_creates(monkeypatch, store, nothing, other_appends)
         try:
             with anyio.fail_after(30):
                 async with runtime.start_session(
@@ -222,49 +261,65 @@ async def test_input_journaled_elsewhere_on_the_new_thread_is_answered_after_its
         finally:
             await other.aclose()
         events = await journal(runtime, "raced")
-        assert isinstance(events[0], InputAccepted) and events[0].turn_id == "theirs"
+        # The thread was made with the start of the first turn: the other input follows it.
+        assert isinstance(events[0], TurnStarted) and events[0].turn_id == "mine"
+        theirs = [e for e in events if isinstance(e, InputAccepted) and e.turn_id == "theirs"]
+        assert len(theirs) == 1
         started = [e.turn_id for e in events if isinstance(e, TurnStarted)]
         ended = [e.turn_id for e in events if isinstance(e, TurnComplete)]
         assert started == ["mine", "theirs"] and ended == ["mine", "theirs"]
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # trio orders a batch at random
-async def test_the_journal_opens_as_the_second_of_create_and_lease_ends(
-    jsonl_store: JsonlThreadStore,
+async def test_the_first_append_makes_the_thread_with_its_events_once_the_lease_is_held(
+    jsonl_store: JsonlThreadStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The first append waits for the gate, not for ``NewThread.run`` to finish: the gate
-    opens when the create (here the later of the two) ends, before run's task group
-    exits."""
+    """The journal's first append hands its events to ``NewThread.run``, which makes the
+    thread with them in one store call once the lease is taken: no create alone, no
+    append, and the append returns them journaled (fails when the thread is made first
+    and the events appended after)."""
     journal = ThreadJournal(jsonl_store, "gate", store_name="thread store 'jsonl'")
-    leased = anyio.Event()
     order: list[str] = []
+    calls: list[str] = []
+    for name in ("create_thread", "create_thread_with_events", "append_events"):
+        method = getattr(jsonl_store, name)
 
-    async def create() -> ThreadMetadata:
-        await leased.wait()  # the create ends second
-        return await jsonl_store.create_thread(ThreadMetadata("gate", 1000, 1000))
+        async def counted(*args: Any, _name: str = name, _m: Any = method, **kw: Any) -> Any:
+            calls.append(_name)
+            order.append(_name)
+            return await _m(*args, **kw)
+
+        monkeypatch.setattr(jsonl_store, name, counted)
 
     @asynccontextmanager
     async def lease() -> AsyncIterator[ThreadLease]:
         async with jsonl_store.lease("gate", owner="test") as held:
-            leased.set()
+            order.append("leased")
             yield held
 
+    async def alone() -> ThreadMetadata:
+        raise AssertionError("made alone although an append came")
+
     lease_cm = lease()
-    made = NewThread(journal, cast(EventRecorder, SimpleNamespace()), lease_cm, create)
+    recorder = SimpleNamespace(gather=None)
+    made = NewThread(journal, cast(EventRecorder, recorder), lease_cm, alone)
+    first: list[Event] = [TurnStarted("t1"), ItemCompleted("t1", UserMessage("hi"))]
+    appended: list[Any] = []
 
     async def first_append() -> None:
-        await journal.created()
-        order.append("journal open")
+        appended.extend(await journal.append(first))
 
     with anyio.fail_after(10):
         async with anyio.create_task_group() as task_group:
             task_group.start_soon(first_append)
-            await anyio.lowlevel.checkpoint()  # it waits at the gate
+            await anyio.lowlevel.checkpoint()  # it waits for the thread to be made
+            assert calls == []
+            made.go()
             held = await made.run()
-            order.append("run returned")
         assert held is not None and made.error is None
         await lease_cm.__aexit__(None, None, None)
-    assert order == ["journal open", "run returned"]
+    assert order == ["leased", "create_thread_with_events"]
+    assert [(e.sequence, e.event) for e in appended] == [(1, first[0]), (2, first[1])]
+    assert (await jsonl_store.get_thread("gate")).last_sequence == 2
 
 
 class SendingEngine(ScriptedEngine):
@@ -297,13 +352,11 @@ async def test_the_thread_is_made_once_the_first_model_request_is_sent(
     log: list[str] = []
     async with make_runtime(tmp_path, SendingEngine(log)) as runtime:
         store = await runtime.store()
-        create = store.create_thread
 
-        async def logged(metadata: ThreadMetadata) -> ThreadMetadata:
+        async def logged(metadata: ThreadMetadata, events: Sequence[Event]) -> None:
             log.append("create")
-            return await create(metadata)
 
-        monkeypatch.setattr(store, "create_thread", logged)
+        around_creates(monkeypatch, store, logged)
         with anyio.fail_after(10):
             async with runtime.start_session("sent", create=True) as session:
                 await session.submit(UserInput("hello"), turn_id="t1")
@@ -372,15 +425,14 @@ async def test_the_hold_ends_without_the_hint_at_the_first_event_the_calls_end_o
     engines = {"silent": silent, "refusing": RefusingEngine(), "none": ScriptedEngine()}
     async with make_runtime(tmp_path, engines[engine]) as runtime:
         store = await runtime.store()
-        create = store.create_thread
 
-        async def made(metadata: ThreadMetadata) -> ThreadMetadata:
-            try:
-                return await create(metadata)
-            finally:
-                silent.made.set()
+        async def nothing(metadata: ThreadMetadata, events: Sequence[Event]) -> None:
+            pass
 
-        monkeypatch.setattr(store, "create_thread", made)
+        async def made(metadata: ThreadMetadata) -> None:
+            silent.made.set()
+
+        around_creates(monkeypatch, store, nothing, made)
         with anyio.fail_after(10):
             async with runtime.start_session("held", create=True) as session:
                 if engine != "none":

@@ -187,6 +187,7 @@ class JournalFollowing:
             await journal.created()  # a thread being created: followed once it is
         except Exception:  # noqa: BLE001 - the session's calls raise it
             return
+        after = max(after, journal.made_through)  # this session's own first events
         handed = _Handed()
         # Opened to answer input submitted here: its appends are handed over first. Input
         # journaled elsewhere meanwhile is taken by that submit, or polled LOCAL_S later.

@@ -10,7 +10,6 @@ until it has met the acceptance of every turn the thread's metadata says is open
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 
@@ -43,7 +42,7 @@ _PAGE = 256
 _TRIES = 5
 
 HOLD_S = 0.02
-"""How long a new thread's create and lease wait for :meth:`NewThread.go` at most."""
+"""How long a new thread's create waits for :meth:`NewThread.go` at most."""
 
 
 class NewThread:
@@ -52,16 +51,19 @@ class NewThread:
 
     Until :meth:`run` has done both, every store call of the session's journal waits
     (``ThreadJournal.creating``), so nothing is journaled before the thread exists and its
-    lease is held; the engine may be called meanwhile, and what the recorder is given
-    meanwhile goes in the thread's first append (one sync: the engine's first delta often
-    comes before the create is done). ``error`` is what stopped it.
+    lease is held; the engine may be called meanwhile. The lease is taken at once. The
+    journal's first append hands its events (the first turn's start) to :meth:`run`, which
+    makes the thread with them in one store call (``ThreadStore.create_thread_with_events``:
+    on the JSONL store one sync where a create and an append took three), or alone when
+    none came; ``error`` is what stopped it.
 
-    Both wait for :meth:`go` first (at most :data:`HOLD_S`): the session calls it once the
-    first model request is on the wire (``roder_api.inference.request_sent``), at that
-    call's first event or end, or as it closes. Their blocking calls then run while the
-    event loop waits for the model, instead of taking the interpreter from the loop while
-    it builds and sends the request (measured: 0.4-0.8 ms sooner to the first delta of a
-    new conversation through ``roder serve``, ``benchmarks/openai_bench.py``).
+    The create, and the first append, wait for :meth:`go` (at most :data:`HOLD_S`): the
+    session calls it once the first model request is on the wire
+    (``roder_api.inference.request_sent``), at that call's first event or end, or as it
+    closes. The create's blocking work then runs while the event loop waits for the model,
+    instead of taking the interpreter from the loop while it builds and sends the request
+    (measured: 0.4-0.8 ms sooner to the first delta of a new conversation through
+    ``roder serve``, ``benchmarks/openai_bench.py``).
     """
 
     def __init__(
@@ -72,72 +74,85 @@ class NewThread:
         create: Callable[[], Awaitable[ThreadMetadata]],
     ) -> None:
         self._journal = journal
-        self._created = journal.creating()
+        self._created = journal.creating(self._first_append)
         self._recorder = recorder
-        recorder.gather = self._until_made
+        recorder.gather = self._until_go
         self._lease_cm = lease
         self._create = create
         self._go = anyio.Event()
+        self._first: Sequence[Event] | None = None  # the first append's events
+        self._claimed = False  # the first append's events came, or run made it without
+        self._made = anyio.Event()
+        self._offered = anyio.Event()
+        self._entries: list[JournalEvent] = []
+        self._errors: list[BaseException] = []  # the create's first
         self.done = anyio.Event()
         self.error: BaseException | None = None
 
     def go(self) -> None:
-        """Let the create and the lease start now (calling it again does nothing)."""
+        """Let the create start now (calling it again does nothing)."""
         self._go.set()
 
-    async def _until_made(self) -> None:
-        with contextlib.suppress(Exception):  # the first append raises it
-            await self._journal.created()
+    async def _until_go(self) -> None:
+        # What is recorded until the request is sent joins the first append.
+        with anyio.move_on_after(HOLD_S):
+            await self._go.wait()
         self._recorder.gather = anyio.lowlevel.checkpoint
         await anyio.lowlevel.checkpoint()
 
+    async def _first_append(self, events: Sequence[Event]) -> list[JournalEvent] | None:
+        """Hand ``events`` to :meth:`run`, which makes the thread with them; return them
+        journaled. None when it comes too late (the append then waits for the journal)."""
+        if self._claimed:
+            return None
+        self._claimed, self._first = True, events
+        self._offered.set()
+        await self._made.wait()
+        if self._errors:
+            raise self._errors[0]
+        return self._entries
+
+    async def _make(self, events: Sequence[Event] | None) -> None:
+        try:
+            if events is None:
+                await self._create()
+            else:
+                self._entries = await self._journal.create_with_events(events)
+        except Exception as exc:  # noqa: BLE001 - the session's calls raise it
+            self._errors.insert(0, exc)  # the create's error comes first
+
     async def run(self) -> ThreadLease | None:
-        """Take the lease and create the thread, side by side (a lease never needs its
-        thread to exist), once :meth:`go` was called or :data:`HOLD_S` passed; return the
-        lease, or None when either failed (``error`` says why: the create's first,
-        ``ThreadExistsError`` for a taken id). The lease is then released again; a thread
-        created while its lease was refused stays created.
+        """Take the lease, then make the thread once :meth:`go` was called or
+        :data:`HOLD_S` passed (with the first append's events when the recorder has them);
+        return the lease, or None when either failed (``error`` says why: the create's
+        first, ``ThreadExistsError`` for a taken id). The lease is then released again; a
+        thread whose lease was refused is made all the same, with nothing in it.
 
         Shielded: a lease taken is never lost to a cancellation (the create is bounded).
         """
-        errors: list[BaseException] = []
-        running = 2  # the create and the lease
-
-        def one_ended() -> None:
-            # The gate opens as the second of the two ends, not a task group's exit (a
-            # loop pass) later: the first append is often waiting for it.
-            nonlocal running
-            running -= 1
-            if not running and not errors:
-                self._created(None)
-
-        async def make() -> None:
-            try:
-                await self._create()
-            except Exception as exc:  # noqa: BLE001 - the session's calls raise it
-                errors.insert(0, exc)  # the create's error comes first
-            one_ended()
-
         lease: ThreadLease | None = None
         try:
             with anyio.CancelScope(shield=True):
+                try:
+                    lease = await self._lease_cm.__aenter__()
+                except Exception as exc:  # noqa: BLE001 - the session's calls raise it
+                    self._errors.append(exc)
                 with anyio.move_on_after(HOLD_S):
                     await self._go.wait()
-                async with anyio.create_task_group() as task_group:
-                    task_group.start_soon(make)
-                    try:
-                        lease = await self._lease_cm.__aenter__()
-                    except Exception as exc:  # noqa: BLE001 - the session's calls raise it
-                        errors.append(exc)
-                    one_ended()
-                if errors and lease is not None:
+                if not self._claimed and self._recorder.held:  # its events are on their way
+                    with anyio.move_on_after(HOLD_S):
+                        await self._offered.wait()
+                self._claimed = True
+                await self._make(self._first if lease is not None else None)
+                if self._errors and lease is not None:
                     await self._lease_cm.__aexit__(None, None, None)
                     lease = None
         finally:
-            if not errors and lease is None:  # not Exception: stopped from outside
-                errors.append(StoppedError("the session closed before its thread was made"))
-            self.error = errors[0] if errors else None
+            if not self._errors and lease is None:  # not Exception: stopped from outside
+                self._errors.append(StoppedError("the session closed before its thread was made"))
+            self.error = self._errors[0] if self._errors else None
             self._created(self.error)
+            self._made.set()
             self.done.set()
         return lease
 

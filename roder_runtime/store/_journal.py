@@ -9,6 +9,7 @@ a session hands them its recorder-backed journal, a script the store-backed one.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
@@ -106,14 +107,19 @@ class Journal(Protocol):
         ...
 
 
+FirstAppend = Callable[[Sequence[Event]], Awaitable["list[JournalEvent] | None"]]
+"""Makes a thread being created with the events of its first append (None: it would not)."""
+
+
 class _Creating:
     """A thread being created: set ``done`` once it is (``error``: what stopped it)."""
 
-    __slots__ = ("done", "error")
+    __slots__ = ("done", "error", "first")
 
-    def __init__(self) -> None:
+    def __init__(self, first: FirstAppend | None) -> None:
         self.done = anyio.Event()
         self.error: BaseException | None = None
+        self.first = first
 
 
 class ThreadJournal:
@@ -147,16 +153,20 @@ class ThreadJournal:
         self._appends = 0
         self._appending = 0
         self._creating: _Creating | None = None
+        self.made_through = 0
+        """The last sequence of the events the thread was made with (0: made without)."""
 
-    def creating(self) -> Callable[[BaseException | None], None]:
+    def creating(self, first: FirstAppend | None = None) -> Callable[[BaseException | None], None]:
         """Mark the thread as being created (and its lease taken) for this journal's
         session, and return the function to call once it is, with the error that
         stopped it or None (``Runtime.start_session(create=True)``).
 
         Until then every store call of this journal waits (then raises that error), and
-        the replay of the new thread is empty without a read.
+        the replay of the new thread is empty without a read; but an append (unconditional,
+        or on an empty journal) is first handed to ``first``, which may make the thread
+        with its events, in one store call (``ThreadStore.create_thread_with_events``).
         """
-        gate = self._creating = _Creating()
+        gate = self._creating = _Creating(first)
         self._tail = (anyio.current_time(), 0, [])  # a new thread: nothing to read back
 
         def created(error: BaseException | None) -> None:
@@ -200,7 +210,17 @@ class ThreadJournal:
         store call, and this spares it a closure and two coroutines.
         """
         store, thread_id = self.store, self.thread_id
-        if self._creating is not None:
+        gate = self._creating
+        if gate is not None:
+            if gate.first is not None and not expected_last_sequence and events:
+                made = await gate.first(events)  # the thread, made with these events
+                if made is not None:
+                    self._tail = None
+                    self._appends += 1
+                    self.made_through = made[-1].sequence
+                    if self.observe is not None:
+                        self.observe(thread_id, made)
+                    return made
             await self.created()
         self._tail = None
         self._appending += 1
@@ -221,6 +241,18 @@ class ThreadJournal:
         if self.observe is not None:
             self.observe(thread_id, entries)
         return entries
+
+    async def create_with_events(self, events: Sequence[Event]) -> list[JournalEvent]:
+        """Create the thread (as ``Runtime.create_thread(thread_id)``) with ``events`` as
+        its first, in one store call; return them as journaled."""
+        now = int(time.time() * 1000)
+        metadata = ThreadMetadata(self.thread_id, now, now)
+        return await bounded_call(
+            f"create of thread {self.thread_id!r}",
+            lambda: self.store.create_thread_with_events(metadata, events),
+            store_name=self.store_name,
+            timeout_s=self.timeout_s,
+        )
 
     async def read_events(self, *, after: int = 0) -> list[JournalEvent]:
         """Return the thread's events with sequence above ``after``.
