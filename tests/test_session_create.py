@@ -83,9 +83,12 @@ def around_creates(
     monkeypatch.setattr(store, "create_thread_with_events", with_events)
 
 
+@pytest.mark.parametrize("follow", [False, True])
 async def test_a_session_creates_its_thread_and_reads_nothing_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, follow: bool
 ) -> None:
+    """Nor does its follower (``follow_journal=True``, ``roder serve``'s): it starts after
+    the events the thread was made with, and is handed the session's later appends."""
     async with make_runtime(tmp_path) as runtime:
         store = await runtime.store()
         reads: list[str] = []
@@ -97,9 +100,10 @@ async def test_a_session_creates_its_thread_and_reads_nothing_back(
                 return await _m(*args, **kw)
 
             monkeypatch.setattr(store, name, counted)
-        async with runtime.start_session("fresh", create=True) as session:
+        async with runtime.start_session("fresh", create=True, follow_journal=follow) as session:
             await session.submit(UserInput("hello"), turn_id="t1")
             await events_until(session, TurnComplete)
+            await anyio.sleep(0.05)  # the follower has taken the last append
             assert reads == []  # a new thread: its first turn read nothing back
         monkeypatch.undo()
         events = await journal(runtime, "fresh")

@@ -183,17 +183,18 @@ class JournalFollowing:
         # processes does not hang on how soon it asks, as every submit first takes the
         # input journaled elsewhere that it has not read (_take_unread_input).
         journal = self.journal
-        try:
-            await journal.created()  # a thread being created: followed once it is
-        except Exception:  # noqa: BLE001 - the session's calls raise it
-            return
-        after = max(after, journal.made_through)  # this session's own first events
         handed = _Handed()
-        # Opened to answer input submitted here: its appends are handed over first. Input
-        # journaled elsewhere meanwhile is taken by that submit, or polled LOCAL_S later.
+        # Opened to answer input submitted here: its appends are handed over first (from
+        # before a new thread is made: none is missed). Input journaled elsewhere meanwhile
+        # is taken by that submit, or polled LOCAL_S later.
         handed.local_at = anyio.current_time()
         forget = journal.store.append_wakeups.listen(self.thread_id, handed)
         try:
+            try:
+                await journal.created()  # a thread being created: followed once it is
+            except Exception:  # noqa: BLE001 - the session's calls raise it
+                return
+            after = max(after, journal.made_through)  # this session's own first events
             with self._follow_scope:
                 while True:
                     try:
