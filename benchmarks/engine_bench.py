@@ -8,6 +8,11 @@ Two workloads, each next to a raw baseline measured in the same run (CPU time, m
 - E2 one ``stream_turn`` of N text deltas through each engine (``openai``,
   ``anthropic``) over ``httpx.MockTransport`` in 64 KiB chunks, against decoding the same
   body with ``aiter_sse`` and ``orjson.loads`` alone: what the engine adds per delta.
+- E3 one streamed request to a local server (a separate process answering 30 events as a
+  chat server streams them) through ``HttpxClient.stream_events``, over each wire
+  (aiohttp, httpx), against the same request written and its answer read on a bare
+  socket: the time to the first event (wall, what a turn waits for) and the client's CPU
+  per request, taken in turn (raw, aiohttp, httpx, raw, ...).
 
     python benchmarks/engine_bench.py            # the table
     python benchmarks/engine_bench.py --json out.json
@@ -20,6 +25,8 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -29,8 +36,17 @@ import httpx
 import orjson
 
 from roder_anthropic import AnthropicEngine, AnthropicSettings
-from roder_api.enginekit import SSEDecoder, aiter_sse
-from roder_api.inference import AgentInferenceRequest, InferenceEngine, InferenceTurnContext
+from roder_api.enginekit import ServerSentEvent, SSEDecoder, aiter_sse, error_failure
+from roder_api.enginekit._aiohttp_wire import WIRE_ENV
+from roder_api.enginekit.httpx_client import HttpxClient
+from roder_api.inference import (
+    AgentInferenceRequest,
+    InferenceEngine,
+    InferenceEvent,
+    InferenceTurnContext,
+    MessageDelta,
+    ProviderFailure,
+)
 from roder_api.transcript import UserMessage
 from roder_openai import EngineSettings, OpenAIResponsesEngine
 
@@ -202,6 +218,119 @@ async def e2(n: int, repeats: int) -> list[dict[str, Any]]:
     return rows
 
 
+SERVER = r"""
+import asyncio, sys
+EVENT = b'data: {"choices": [{"delta": {"content": "word "}}]}\n\n'
+BODY = EVENT * 30 + b"data: [DONE]\n\n"
+HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        b"content-length: %d\r\n\r\n" % len(BODY))
+async def serve(reader, writer):
+    while True:
+        head = await reader.readuntil(b"\r\n\r\n")
+        size = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length"))
+        await reader.readexactly(size)
+        writer.write(HEAD + EVENT)  # the first event at once, the rest as a burst
+        await writer.drain()
+        writer.write(BODY[len(EVENT):])
+        await writer.drain()
+async def main():
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await server.serve_forever()
+asyncio.run(main())
+"""
+
+
+class ChatState:
+    """A stream state for E3: each ``data`` event is a delta until ``[DONE]``."""
+
+    def __init__(self) -> None:
+        self.finished = False
+        self.failure: ProviderFailure | None = None
+
+    def handle(self, sse: ServerSentEvent) -> list[InferenceEvent]:
+        if sse.data == "[DONE]":
+            self.finished = True
+            return []
+        return [MessageDelta(orjson.loads(sse.data)["choices"][0]["delta"]["content"])]
+
+    def answer(self, data: Any) -> list[InferenceEvent]:
+        raise AssertionError("the server streams")
+
+
+def refused(status: int, headers: httpx.Headers, body: bytes, key: str | None) -> ProviderFailure:
+    return error_failure(status, body[:200].decode(errors="replace"), key)
+
+
+async def raw_request(port: int, stream: Any, body: bytes) -> tuple[float, float]:
+    """Write the request on a kept connection, read the answer to its ``[DONE]``."""
+    start, cpu = time.perf_counter(), time.process_time()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:%d\r\n" % port
+    head += b"content-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+    await stream.send(head + body)
+    first, seen = 0.0, b""
+    while not seen.endswith(b"[DONE]\n\n"):
+        seen += await stream.receive()
+        if not first and b"\n\n" in seen:
+            first = time.perf_counter() - start
+    return first, time.process_time() - cpu
+
+
+async def kit_request(client: HttpxClient, body: dict[str, Any]) -> tuple[float, float]:
+    start, cpu = time.perf_counter(), time.process_time()
+    first = 0.0
+    headers = {"content-type": "application/json"}
+    events = client.stream_events("chat/completions", body, headers, None, ChatState(), "[DONE]")
+    async for _ in events:
+        if not first:
+            first = time.perf_counter() - start
+    return first, time.process_time() - cpu
+
+
+def start_server() -> tuple[subprocess.Popen[str], int]:
+    """Start E3's server in a process of its own; return it and its port."""
+    server = subprocess.Popen([sys.executable, "-c", SERVER], stdout=subprocess.PIPE, text=True)
+    assert server.stdout is not None
+    return server, int(server.stdout.readline())
+
+
+async def e3(port: int, n: int) -> list[dict[str, Any]]:
+    request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    encoded = orjson.dumps(request)
+    clients = {
+        wire: HttpxClient(base_url=f"http://127.0.0.1:{port}/v1", timeout=10,
+                          connect_timeout=5, read_timeout=5, user_agent="bench/1",
+                          status_failure=refused)
+        for wire in ("aiohttp", "httpx")
+    }  # fmt: skip
+    times: dict[str, list[tuple[float, float]]] = {"raw": [], "aiohttp": [], "httpx": []}
+    try:
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            for index in range(n + 20):  # 20 warm-up rounds
+                for wire in ("raw", "aiohttp", "httpx"):
+                    if wire == "raw":
+                        got = await raw_request(port, stream, encoded)
+                    else:
+                        os.environ[WIRE_ENV] = wire
+                        got = await kit_request(clients[wire], request)
+                    if index >= 20:
+                        times[wire].append(got)
+    finally:
+        os.environ.pop(WIRE_ENV, None)
+        for client in clients.values():
+            await client.aclose()
+    raw_first = statistics.median(t[0] for t in times["raw"])
+    raw_cpu = statistics.median(t[1] for t in times["raw"])
+    return [
+        {"workload": f"E3 stream_events over {wire}", "events": 30, "raw_s": raw_cpu,
+         "roder_s": statistics.median(t[1] for t in times[wire]),
+         "raw_first_ms": raw_first * 1e3,
+         "first_ms": statistics.median(t[0] for t in times[wire]) * 1e3}
+        for wire in ("aiohttp", "httpx")
+    ]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a short run (CI smoke)")
@@ -209,6 +338,12 @@ def main() -> None:
     args = parser.parse_args()
     n, repeats = (500, 5) if args.quick else (20_000, 15)
     rows = e1(n, repeats) + anyio.run(e2, n // 4 if not args.quick else n, repeats)
+    server, port = start_server()
+    try:
+        rows += anyio.run(e3, port, 50 if args.quick else 1000)
+    finally:
+        server.terminate()
+        server.wait(10)
     print(
         f"{'workload':<32} {'events':>7} {'raw ms':>9} {'roder ms':>9} {'µs/event':>9} {'ratio':>6}"
     )  # noqa: E501
@@ -216,8 +351,13 @@ def main() -> None:
         per_event = row["roder_s"] / row["events"] * 1e6
         row["ratio"] = row["roder_s"] / row["raw_s"] if row["raw_s"] else None
         ratio = row["ratio"] or 0.0
-        print(f"{row['workload']:<32} {row['events']:>7} {row['raw_s'] * 1e3:>9.1f} "
-              f"{row['roder_s'] * 1e3:>9.1f} {per_event:>9.2f} {ratio:>6.1f}")  # fmt: skip
+        print(f"{row['workload']:<32} {row['events']:>7} {row['raw_s'] * 1e3:>9.3f} "
+              f"{row['roder_s'] * 1e3:>9.3f} {per_event:>9.2f} {ratio:>6.1f}")  # fmt: skip
+    firsts = ", ".join(f"{row['workload'][21:]} {row['first_ms']:.3f}" for row in rows[-2:])
+    print(
+        f"E3 is per request; its first event came after (wall, median ms): raw socket "
+        f"{rows[-1]['raw_first_ms']:.3f}, {firsts}"
+    )
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"rows": rows, "quick": args.quick}, out, indent=2)
