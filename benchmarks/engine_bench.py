@@ -226,7 +226,10 @@ HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
         b"content-length: %d\r\n\r\n" % len(BODY))
 async def serve(reader, writer):
     while True:
-        head = await reader.readuntil(b"\r\n\r\n")
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return  # the client is done with this connection
         size = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
                     if line.lower().startswith(b"content-length"))
         await reader.readexactly(size)
