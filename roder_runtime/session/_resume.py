@@ -54,7 +54,8 @@ class NewThread:
     lease is held; the engine may be called meanwhile. The lease is taken at once. The
     journal's first append hands its events (the first turn's start) to :meth:`run`, which
     makes the thread with them in one store call (``ThreadStore.create_thread_with_events``:
-    on the JSONL store one sync where a create and an append took three), or alone when
+    on the JSONL store two syncs, the file and its directory, where a create and an append
+    took three), or alone when
     none came; ``error`` is what stopped it.
 
     The create, and the first append, wait for :meth:`go` (at most :data:`HOLD_S`): the

@@ -205,7 +205,7 @@ class ThreadStore(ABC):
 
         What :meth:`create_thread`, then :meth:`append_events`, do (which this default
         calls); a store may do both in one durable write, never leaving the thread without
-        them (the JSONL store: one sync instead of three). ``ThreadExistsError`` when the
+        them (the JSONL store: two syncs instead of three). ``ThreadExistsError`` when the
         id is taken, and nothing is written. ``Runtime.start_session(create=True)`` makes a
         new thread with the first turn's start this way.
         """

@@ -22,7 +22,6 @@ from roder_api.storekit import (
     FileLeases,
     GroupCommit,
     RepairableThreadStore,
-    payloads_of,
     run_in_worker,
 )
 from roder_api.threads import (
@@ -146,23 +145,6 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
             raise outcome
         return outcome
 
-    async def create_thread_with_events(
-        self, metadata: ThreadMetadata, events: Sequence[Event]
-    ) -> list[JournalEvent]:
-        """Create the thread's journal with ``events`` after its first line: one write,
-        one sync of the file and one of its directory (``ThreadExistsError``: nothing)."""
-        validate_thread_id(metadata.thread_id)
-        if not events:
-            await self.create_thread(metadata)
-            return []
-        commit = self._writer.events_commit(
-            metadata.thread_id, events_list(payloads_of(events)), list(events)
-        )
-        await self.run_sync(self._writer.create, metadata, commit)
-        entries: list[JournalEvent] = commit.result
-        self.notify_appended(metadata.thread_id, entries[-1].sequence, entries)
-        return entries
-
     async def submit_append(
         self,
         thread_id: str,
@@ -203,6 +185,18 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
     def create_sync(self, metadata: ThreadMetadata) -> ThreadMetadata:
         """Create the thread's journal atomically (its metadata is the first line)."""
         return self._writer.create(metadata)
+
+    def create_with_events_sync(
+        self, metadata: ThreadMetadata, events: Sequence[Event], payloads: Sequence[bytes]
+    ) -> list[JournalEvent]:
+        """Create the journal with the events after its first line: one write, one sync of
+        the file and one of its directory (a crash leaves all of it or nothing)."""
+        commit = self._writer.events_commit(
+            metadata.thread_id, events_list(payloads), list(events)
+        )
+        self._writer.create(metadata, commit)
+        entries: list[JournalEvent] = commit.result
+        return entries
 
     def get_sync(self, thread_id: str) -> ThreadMetadata:
         """Return the thread's metadata (the index row plus what the journal gained)."""

@@ -149,6 +149,19 @@ class BlockingThreadStore(ThreadStore):
         Store title, extra and times; usage, counts and ``last_sequence`` start at zero.
         """
 
+    def create_with_events_sync(
+        self, metadata: ThreadMetadata, events: Sequence[Event], payloads: Sequence[bytes]
+    ) -> list[JournalEvent]:
+        """Create the thread and append its first events (never empty); return them.
+
+        The default runs :meth:`create_sync`, then :meth:`append_sync`: one worker call, two
+        writes (a crash between them leaves the thread without its events). Override it to
+        make them one write, as the relational stores (one transaction) and the JSONL store
+        (one file, one sync) do.
+        """
+        self.create_sync(metadata)
+        return self.append_sync(metadata.thread_id, events, payloads, None)
+
     @abstractmethod
     def get_sync(self, thread_id: str) -> ThreadMetadata:
         """Return the thread's metadata (``ThreadNotFoundError`` when absent)."""
@@ -260,6 +273,20 @@ class BlockingThreadStore(ThreadStore):
         """Create a thread; raise ``ThreadExistsError`` when the id is taken."""
         validate_thread_id(metadata.thread_id)
         return await self.run_sync(self.create_sync, metadata)
+
+    async def create_thread_with_events(
+        self, metadata: ThreadMetadata, events: Sequence[Event]
+    ) -> list[JournalEvent]:
+        """Create a thread with its first events in one worker call
+        (:meth:`create_with_events_sync`); ``ThreadExistsError`` when the id is taken."""
+        validate_thread_id(metadata.thread_id)
+        if not events:
+            await self.create_thread(metadata)
+            return []
+        payloads = payloads_of(events)  # the value rule, before anything is written
+        entries = await self.run_sync(self.create_with_events_sync, metadata, events, payloads)
+        self.notify_appended(metadata.thread_id, entries[-1].sequence, entries)
+        return entries
 
     async def get_thread(self, thread_id: str) -> ThreadMetadata:
         """Return a thread's metadata."""

@@ -305,6 +305,18 @@ class RelationalThreadStore(BlockingThreadStore):
         """Create the thread's row."""
         return self.write(lambda batch: batch.create(metadata))
 
+    def create_with_events_sync(
+        self, metadata: ThreadMetadata, events: Sequence[Event], payloads: Sequence[bytes]
+    ) -> list[JournalEvent]:
+        """Create the thread's row and append its first events in one transaction."""
+
+        def work(batch: WriteBatch) -> list[JournalEvent]:
+            batch.create(metadata)
+            self.fence(batch.conn, metadata.thread_id)
+            return batch.append(metadata.thread_id, events, payloads, None)
+
+        return self.write(work)
+
     def update_sync(self, thread_id: str, changes: dict[str, Any]) -> ThreadMetadata:
         """Change the thread's title and/or extra."""
         return self.write(lambda batch: batch.update(thread_id, changes))
