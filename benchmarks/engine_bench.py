@@ -315,6 +315,7 @@ async def e3(port: int, n: int) -> list[dict[str, Any]]:
                     if wire == "raw":
                         got = await raw_request(port, stream, encoded)
                     else:
+                        # The client reads the variable per request: how a user picks it.
                         os.environ[WIRE_ENV] = wire
                         got = await kit_request(clients[wire], request)
                     if index >= 20:

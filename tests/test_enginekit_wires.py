@@ -4,12 +4,19 @@ handed to an engine's error mapping; and when each wire is picked."""
 
 from __future__ import annotations
 
+import shutil
 import socket
+import ssl
+import subprocess
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import anyio
+import certifi
 import httpx
 import pytest
 
@@ -236,3 +243,65 @@ def test_a_silent_server_is_a_timeout(server: LoopbackServer, wire: str) -> None
         run(lambda: stream(client_for(server.base_url, read_timeout=0.2)))
     assert caught.value.kind is K.TIMEOUT
     assert caught.value.message.startswith("engine 'w': the request timed out (ReadTimeout")
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A TLS server on 127.0.0.1 with a self-signed certificate (made with the ``openssl``
+    command); yield its base URL and the certificate's file."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl command to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    body = b"".join(STREAM)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02})
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{httpd.server_address[1]}/v1", cert
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(10)
+
+
+def test_https_trusts_what_httpx_trusts(
+    tls_server: tuple[str, Path], wire: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over TLS each wire takes its trust roots from httpx (``SSL_CERT_FILE`` here): the
+    server's certificate named there is trusted; with another bundle it is refused as a
+    server that cannot be reached (fails if the aiohttp wire used its own roots)."""
+    url, cert = tls_server
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    events = run(lambda: stream(client_for(url)))
+    assert "".join(e.text for e in events if isinstance(e, MessageDelta)) == "hello"
+    monkeypatch.setenv("SSL_CERT_FILE", certifi.where())  # a bundle without it
+    with pytest.raises(ProviderFailure) as caught:
+        run(lambda: stream(client_for(url)))
+    assert caught.value.kind is K.NETWORK
+    assert "could not reach the server (ConnectError" in caught.value.message

@@ -7,8 +7,10 @@ live stream; a SIGKILLed server's response is finished by the restarted one.
 
 from __future__ import annotations
 
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -220,10 +222,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_a_real_chat_completions_server_behind_roder_serve(
-    serve: Callable[..., Server], tmp_path: Any
-) -> None:
-    """llm-katan (echo backend: no model weights) as the openai-chat engine's server."""
+@pytest.fixture(scope="module")
+def katan() -> Iterator[str]:
+    """llm-katan (echo backend: no model weights), started once; yield its ``/v1`` URL."""
     import shutil
     import subprocess
     import sys
@@ -231,12 +232,12 @@ def test_a_real_chat_completions_server_behind_roder_serve(
 
     import httpx
 
-    katan = shutil.which("llm-katan", path=str(Path(sys.executable).parent))
-    if katan is None:
+    command = shutil.which("llm-katan", path=str(Path(sys.executable).parent))
+    if command is None:
         pytest.skip("llm-katan is not installed")
     port = _free_port()
     proc = subprocess.Popen(
-        [katan, "-m", "tiny-echo", "--backend", "echo", "--providers", "openai"]
+        [command, "-m", "tiny-echo", "--backend", "echo", "--providers", "openai"]
         + ["-h", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -250,38 +251,65 @@ def test_a_real_chat_completions_server_behind_roder_serve(
             except httpx.HTTPError:
                 assert time.monotonic() < deadline, "llm-katan did not start"
                 time.sleep(0.1)
-        server = serve(
-            extra_config=(
-                f'[engines.openai-chat]\nbase_url = "http://127.0.0.1:{port}/v1"\n'
-                'api_key_env = "KATAN_KEY"\n'
-            ),
-            env={"KATAN_KEY": "local"},
-        )
-        client = sdk(server)
-        with client.responses.create(
-            model="openai-chat/tiny-echo", input="hello katan", stream=True
-        ) as stream:
-            events = strict(list(stream))
-        assert events[-1]["type"] == "response.completed", events[-1]
-        text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
-        assert "echo" in text and text == events[-1]["response"]["output"][0]["content"][0]["text"]
-        assert events[-1]["response"]["model"] == "openai-chat/tiny-echo"
-        usage = events[-1]["response"]["usage"]
-        assert usage is not None and usage["total_tokens"] > 0
-        # ``instructions`` reach the engine: llm-katan's echo counts the messages it got
-        # (a system message more) and bills their words.
-        plain = client.responses.create(model="openai-chat/tiny-echo", input="hello katan")
-        told = client.responses.create(
-            model="openai-chat/tiny-echo", input="hello katan", instructions="answer in five words"
-        )
-        assert "messages=1 " in plain.output_text, plain.output_text
-        assert "messages=2 " in told.output_text, told.output_text
-        assert told.instructions == "answer in five words"
-        assert plain.usage is not None and told.usage is not None
-        assert told.usage.input_tokens == plain.usage.input_tokens + 4
+        yield f"http://127.0.0.1:{port}/v1"
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _behind_katan(
+    serve: Callable[..., Server], katan: str, env: dict[str, str] | None = None
+) -> Server:
+    return serve(
+        extra_config=(f'[engines.openai-chat]\nbase_url = "{katan}"\napi_key_env = "KATAN_KEY"\n'),
+        env={"KATAN_KEY": "local", **(env or {})},
+    )
+
+
+def test_a_real_chat_completions_server_behind_roder_serve(
+    serve: Callable[..., Server], katan: str
+) -> None:
+    """llm-katan as the openai-chat engine's server."""
+    client = sdk(_behind_katan(serve, katan))
+    with client.responses.create(
+        model="openai-chat/tiny-echo", input="hello katan", stream=True
+    ) as stream:
+        events = strict(list(stream))
+    assert events[-1]["type"] == "response.completed", events[-1]
+    text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert "echo" in text and text == events[-1]["response"]["output"][0]["content"][0]["text"]
+    assert events[-1]["response"]["model"] == "openai-chat/tiny-echo"
+    usage = events[-1]["response"]["usage"]
+    assert usage is not None and usage["total_tokens"] > 0
+    # ``instructions`` reach the engine: llm-katan's echo counts the messages it got
+    # (a system message more) and bills their words.
+    plain = client.responses.create(model="openai-chat/tiny-echo", input="hello katan")
+    told = client.responses.create(
+        model="openai-chat/tiny-echo", input="hello katan", instructions="answer in five words"
+    )
+    assert "messages=1 " in plain.output_text, plain.output_text
+    assert "messages=2 " in told.output_text, told.output_text
+    assert told.instructions == "answer in five words"
+    assert plain.usage is not None and told.usage is not None
+    assert told.usage.input_tokens == plain.usage.input_tokens + 4
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/PID/maps")
+@pytest.mark.parametrize("wire", ["", "httpx"])
+def test_the_engine_sends_over_aiohttp_unless_told_httpx(
+    serve: Callable[..., Server], katan: str, wire: str
+) -> None:
+    """The installed ``roder serve`` (asyncio's uvloop) sends the engine's requests over
+    aiohttp: its extension is mapped into the process once the first engine request was
+    made, and not before (nothing else in the server imports it); with
+    ``RODER_ENGINE_HTTP=httpx`` it never is, and both answer the same."""
+    server = _behind_katan(serve, katan, {"RODER_ENGINE_HTTP": wire} if wire else None)
+    assert server.proc is not None
+    maps = Path(f"/proc/{server.proc.pid}/maps")
+    assert "/aiohttp/" not in maps.read_text()
+    answer = sdk(server).responses.create(model="openai-chat/tiny-echo", input="hello katan")
+    assert "echo" in answer.output_text and answer.status == "completed"
+    assert ("/aiohttp/" in maps.read_text()) is (wire == "")
 
 
 def test_a_sigkilled_stream_is_finished_by_another_server_on_postgres(

@@ -191,9 +191,7 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
     ) -> list[JournalEvent]:
         """Create the journal with the events after its first line: one write, one sync of
         the file and one of its directory (a crash leaves all of it or nothing)."""
-        commit = self._writer.events_commit(
-            metadata.thread_id, events_list(payloads), list(events)
-        )
+        commit = self._writer.events_commit(metadata.thread_id, events_list(payloads), list(events))
         self._writer.create(metadata, commit)
         entries: list[JournalEvent] = commit.result
         return entries

@@ -1,9 +1,9 @@
 """aiohttp under :class:`~roder_api.enginekit.httpx_client.HttpxClient`, on asyncio.
 
-An engine's streamed request is the hot path of a turn: measured against a local
-Chat Completions server (``benchmarks/README.md``, "The engine's HTTP client"), aiohttp
-reaches a stream's first bytes ~0.8 ms sooner than httpx and spends about a third of its
-CPU per request, most of that in httpx's and httpcore's pure-Python layers. aiohttp runs
+An engine's streamed request is the hot path of a turn: measured against a local server
+(``engine_bench.py`` E3; ``benchmarks/README.md``, "The engine's HTTP client"), aiohttp
+reaches a stream's first event 0.4-0.7 ms sooner than httpx and spends under half of its
+CPU per request, the rest being httpx's and httpcore's pure-Python layers. aiohttp runs
 only on asyncio, so :func:`wire_for` picks it only there, for ``http``/``https`` servers,
 when it is installed, with no proxy variable set (httpx reads those with rules of its
 own) and no test transport; httpx does the rest, and ``RODER_ENGINE_HTTP=httpx`` asks for
@@ -15,16 +15,23 @@ of ``httpx.Response`` the client reads (``status_code``, ``headers`` as
 raised as the httpx exceptions of the same meaning (a timeout as a
 ``httpx.TimeoutException``, a connection refused or cut as a ``httpx.NetworkError``...),
 so that the failure mapping, and an engine that catches ``httpx.HTTPError`` itself, is one.
-Trust roots are httpx's (``httpx.create_ssl_context``); timeouts are the client's three.
+Trust roots are httpx's (``httpx.create_ssl_context``, made in a worker thread: it reads
+the CA bundle). The timeouts mean what httpx's do: ``read`` between two reads,
+``connect`` for the connection itself, and the whole ``timeout`` for the wait for a
+pooled connection and the connect together; aiohttp has no write timeout (a request body
+is small).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import ssl as ssl_module
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+import anyio
+import anyio.to_thread
 import httpx
 
 from roder_api.inference import request_sent
@@ -41,8 +48,8 @@ WIRES = ("aiohttp", "httpx")
 
 KEEPALIVE_S = 4.0
 """How long an idle connection is kept for the next request: under the 5 s after which
-common servers (uvicorn's default) close theirs, so that a request is never sent on a
-connection the server is closing."""
+common servers (uvicorn's default) close theirs, so that a request seldom meets a
+connection the server is closing (one that does fails as a network error, retried)."""
 
 _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
 
@@ -160,10 +167,22 @@ class AiohttpWire:
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def _open(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        if self._session is not None and self._loop is loop and not self._session.closed:
-            return self._session
+    def _current(self) -> aiohttp.ClientSession | None:
+        session = self._session
+        if session is not None and self._loop is asyncio.get_running_loop() and not session.closed:
+            return session
+        return None
+
+    async def _open(self) -> aiohttp.ClientSession:
+        session = self._current()
+        if session is not None:
+            return session
+        ssl: ssl_module.SSLContext | bool = True
+        if self._base.startswith("https:"):  # reads the CA bundle: not on the event loop
+            ssl = await anyio.to_thread.run_sync(httpx.create_ssl_context)
+            session = self._current()  # another request made it meanwhile
+            if session is not None:
+                return session
         aiohttp = _aiohttp()
 
         async def sent(*_: object) -> None:
@@ -171,18 +190,18 @@ class AiohttpWire:
 
         trace = aiohttp.TraceConfig()
         trace.on_request_chunk_sent.append(sent)
-        ssl = httpx.create_ssl_context() if self._base.startswith("https:") else True
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(ssl=ssl, keepalive_timeout=KEEPALIVE_S),
             timeout=aiohttp.ClientTimeout(
                 total=None,
-                connect=self._timeout.connect,
+                connect=self._timeout.pool,  # httpx's ``timeout``: the pool wait and connect
+                sock_connect=self._timeout.connect,
                 sock_read=self._timeout.read,
             ),
             headers={"user-agent": self._user_agent},
             trace_configs=[trace],
         )
-        self._loop = loop
+        self._loop = asyncio.get_running_loop()
         return self._session
 
     async def send(
@@ -190,7 +209,7 @@ class AiohttpWire:
     ) -> AioAnswer:
         """Send a request to ``path`` (joined to the base URL as httpx joins it); return
         the answer once its head arrived (its body is read from the answer)."""
-        session = self._open()
+        session = await self._open()
         try:
             response = await session.request(
                 method,

@@ -3,8 +3,8 @@ transport errors mapped to ``ProviderFailure``.
 
 This module imports ``httpx``, which is not a dependency of ``roder``: import it only from
 an engine that depends on httpx itself (``roder_api.enginekit`` never imports it). On
-asyncio, when aiohttp is installed, requests go out over aiohttp instead (a third of the
-CPU, a first byte ~0.8 ms sooner; :mod:`roder_api.enginekit._aiohttp_wire` says when);
+asyncio, when aiohttp is installed, requests go out over aiohttp instead (under half the
+CPU, the first event 0.4-0.7 ms sooner; :mod:`roder_api.enginekit._aiohttp_wire` says when);
 everything an engine sees stays httpx's: its errors, its headers, its test transports.
 
 :class:`HttpxClient` keeps the rules of ``docs/writing-an-engine.md`` section 4 in one
