@@ -16,6 +16,8 @@ Workloads (issue 5):
   the 10,000 journals.
 - W6: durable creates one at a time (``create_thread`` in a worker thread), vs the same
   file work by hand (write and sync a new file, link it, sync the directory).
+- W7: the CPU of 1,000 threads waited on for other processes' appends (``wait_for_events``),
+  vs each waiter polling alone and a raw ``stat`` loop (``_store_idle.py``).
 
 W3, W4 and W5 time the call on a store object opened just before (outside the timing), so
 nothing of the thread is cached in memory: what they read comes from the index and the
@@ -43,6 +45,7 @@ from typing import Any
 
 import anyio
 import orjson
+from _store_idle import idle_waits
 from _store_raw import (
     append_many,
     item,
@@ -438,6 +441,10 @@ class Bench:
             await self.w5()
         if "w6" in only:
             await self.w6()
+        if "w7" in only:
+            store = await self.factory("none").open()
+            self.row(**await idle_waits(store, self.root, self.sizes.w5_small))
+            await store.aclose()
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
@@ -452,6 +459,9 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             f"{row['unit']:<10} {row['ratio']:>7.2f} {row['target']:>7}  "
             f"{'-' if row['met'] is None else 'yes' if row['met'] else 'NO'}"
         )
+    for row in rows:
+        if "alone" in row:
+            print(f"{row['workload'][:2]}: {row['note']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -460,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--dir", metavar="DIR", help="where to put the stores (default: a tmp dir)")
     parser.add_argument(
-        "--only", default="w1,w2,w3,w4,w5,w6", help="comma list of workloads (default: all)"
+        "--only", default="w1,w2,w3,w4,w5,w6,w7", help="comma list of workloads (default: all)"
     )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL

@@ -85,7 +85,7 @@ AppendListener: TypeAlias = Callable[[Sequence[JournalEvent]], None]
 """A callback of :meth:`AppendWakeups.listen`: the entries an append made durable."""
 
 
-class _Waiter:
+class AppendWaiter:
     """One task waiting on a thread: its event, its event loop, the sequence it was woken
     with (0 until then)."""
 
@@ -108,17 +108,17 @@ class AppendWakeups:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._waiters: dict[str, list[_Waiter]] = {}
+        self._waiters: dict[str, list[AppendWaiter]] = {}
         self._listeners: dict[str, list[tuple[object, AppendListener]]] = {}
 
-    def add(self, thread_id: str) -> _Waiter:
+    def add(self, thread_id: str) -> AppendWaiter:
         """Return a new waiter of ``thread_id`` (in the current event loop)."""
-        waiter = _Waiter()
+        waiter = AppendWaiter()
         with self._lock:
             self._waiters.setdefault(thread_id, []).append(waiter)
         return waiter
 
-    def discard(self, thread_id: str, waiter: _Waiter) -> None:
+    def discard(self, thread_id: str, waiter: AppendWaiter) -> None:
         """Forget ``waiter``."""
         with self._lock:
             waiters = self._waiters.get(thread_id)

@@ -18,7 +18,6 @@ from typing import Any, ClassVar, TypeVar
 
 import anyio
 
-from roder_api._store_waits import poll_for_events
 from roder_api._thread_contract import (
     UNSET,
     EventPage,
@@ -39,6 +38,7 @@ from roder_api.storekit._checks import (
     validate_expected,
 )
 from roder_api.storekit._encoded import payloads_of
+from roder_api.storekit._poll_grid import PollGrid
 from roder_api.storekit._polls import CoalescedReads
 from roder_api.storekit._workers import run_in_worker
 
@@ -71,6 +71,7 @@ class BlockingThreadStore(ThreadStore):
 
     _limiter: anyio.CapacityLimiter | None = None
     _polls: CoalescedReads | None = None
+    _grid: PollGrid | None = None
 
     # --- hooks ----------------------------------------------------------------------------
 
@@ -262,12 +263,17 @@ class BlockingThreadStore(ThreadStore):
     async def wait_for_events(self, thread_id: str, after_sequence: int, timeout_s: float) -> int:
         """Return the thread's last sequence once it is above ``after_sequence``, or after
         ``timeout_s`` (see :meth:`ThreadStore.wait_for_events`): woken at once by this
-        store's appends in this event loop; the polls for other processes' appends of
-        every waiting thread share one worker call (:meth:`read_last_sequence`)."""
+        store's appends in this event loop; other processes' appends are polled for every
+        waiter at once (:class:`~roder_api.storekit._poll_grid.PollGrid`: one task wakes
+        at each due time and reads every thread due with one worker call)."""
         validate_thread_id(thread_id)
-        return await poll_for_events(
-            self, thread_id, after_sequence, timeout_s, read=self.read_last_sequence
-        )
+        if self._grid is None:
+            self._grid = PollGrid(
+                self.append_wakeups,
+                lambda thread_id: self.read_last_sequence(thread_id),
+                lambda thread_ids: self.run_sync(self.last_sequences_sync, thread_ids),
+            )
+        return await self._grid.wait(thread_id, after_sequence, timeout_s, self.wait_poll_s)
 
     async def create_thread(self, metadata: ThreadMetadata) -> ThreadMetadata:
         """Create a thread; raise ``ThreadExistsError`` when the id is taken."""

@@ -4,10 +4,10 @@
 A server keeps a session open on each thread it answered lately, and each one's follower
 polls: one worker call per poll each is a thread hand-off per session per poll, which a
 busy server pays on its event loop while it streams other responses. The kit's stores
-(:class:`~roder_api.storekit.BlockingThreadStore`) answer instead every poll made in the same
-pass of the event loop with one worker call (``last_sequences_sync``), and the waits of
-``poll_for_events`` wake on a shared grid of times so that their polls meet: one poller
-per store, however many threads are followed.
+(:class:`~roder_api.storekit.BlockingThreadStore`) answer instead every read made in the same
+pass of the event loop with one worker call (``last_sequences_sync``): a wait's first
+read, and the reads of other callers. Its later polls are made for every waiter at once
+(:mod:`roder_api.storekit._poll_grid`).
 """
 
 from __future__ import annotations
