@@ -87,6 +87,7 @@ class Session(JournalFollowing):
         self._lease_cm = lease
         self._new: NewThread | None = None
         self._tasks: list[anyio.CancelScope] = []
+        self._running: set[anyio.CancelScope] = set()  # the scopes of the tasks not done
         self._worker_done = anyio.Event()
         self._recorder_done = anyio.Event()
         self.recorder = EventRecorder(
@@ -154,8 +155,12 @@ class Session(JournalFollowing):
         # The opener's cancellation must not tear a turn apart: aclose stops the tasks.
         scope = anyio.CancelScope(shield=True)
         self._tasks.append(scope)
-        with scope:
-            await run()
+        self._running.add(scope)
+        try:
+            with scope:
+                await run()
+        finally:
+            self._running.discard(scope)  # (a cancel from a task formats its repr: not free)
 
     async def _run_recorder(self) -> None:
         try:
@@ -185,7 +190,7 @@ class Session(JournalFollowing):
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(2 * self.journal.timeout_s):
                 await self._stop_tasks()
-            for scope in self._tasks:
+            for scope in self._running:
                 scope.cancel()  # only when the deadline passed is anything left to stop
         task_group, self._task_group = self._task_group, None
         try:

@@ -69,6 +69,7 @@ class _Held:
     error: BaseException | None = None
     closing: bool = False
     in_flight: int = 0
+    uses: int = 0  # requests that took the session (it closes after _IDLE_S without one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +263,7 @@ class Dispatcher:
                 await self._dispatch(thread_id, accepted[0])
                 return accepted
             held.in_flight += 1
+            held.uses += 1
             try:
                 return await self._submit_here(
                     session,
@@ -431,11 +433,18 @@ class Dispatcher:
                     # Streams read the journal; the session's own delivery is drained so
                     # that its recorder never waits for a consumer (backpressure).
                     tg.start_soon(_drain, session)
-                    quiet = 0.0
-                    while quiet < _IDLE_S:
-                        await anyio.sleep(0.25)
-                        busy = held.in_flight or not session.idle
-                        quiet = 0.0 if busy else quiet + 0.25
+                    # Closed after _IDLE_S with no request and nothing running: looked at
+                    # every 0.25 s while busy, once at the end of a quiet stretch.
+                    quiet_since, uses = anyio.current_time(), held.uses
+                    while True:
+                        now = anyio.current_time()
+                        if held.in_flight or not session.idle or held.uses != uses:
+                            quiet_since, uses = now, held.uses
+                            await anyio.sleep(0.25)
+                        elif now - quiet_since < _IDLE_S:
+                            await anyio.sleep(quiet_since + _IDLE_S - now)
+                        else:
+                            break
                     held.closing = True
                     tg.cancel_scope.cancel()
         except Exception as exc:  # noqa: BLE001 - handed to the request that asked
