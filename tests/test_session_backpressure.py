@@ -7,6 +7,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from roder_api.errors import StoppedError
 from roder_api.events import (
     AssistantContentDelta,
     ErrorEvent,
@@ -160,3 +161,29 @@ async def test_items_and_usage_wait_for_a_slow_consumer_instead_of_being_refused
             if isinstance(e, UsageUpdated)
         )
         assert first_step == 80
+
+
+async def test_a_session_that_stopped_delivery_runs_its_turns_with_no_consumer(
+    tmp_path: Path,
+) -> None:
+    # roder serve's sessions: their events are read from the journal, nobody drains them.
+    chunk = "z" * 100
+    engine = ScriptedEngine(
+        turns=[[*(MessageDelta(chunk) for _ in range(30)), Completed()] for _ in range(2)]
+    )
+    config = RuntimeConfig(recorder_event_capacity=8)
+    async with make_runtime(tmp_path, engine, config=config) as runtime:
+        thread_id = (await runtime.create_thread()).thread_id
+        async with await runtime.start_session(thread_id) as session:
+            session.stop_delivery()
+            for text in ("one", "two"):
+                turn_id = await session.submit(UserInput(text))
+                with anyio.fail_after(10):
+                    while not session.idle:  # noqa: ASYNC110 - no event to wait on here
+                        await anyio.sleep(0.01)
+                events = await journal(runtime, thread_id)
+                assert events[-1] == TurnComplete(turn_id, chunk * 30)  # never refused
+                await session.flush()  # nothing waits for a consumer
+        assert not any(isinstance(e, ErrorEvent) for e in events)
+        with pytest.raises(StoppedError):
+            await session.next_event()  # closed: nothing was, nor is, delivered

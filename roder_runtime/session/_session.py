@@ -333,6 +333,14 @@ class Session(JournalFollowing):
         failed (its message names the store) and ``StoppedError`` once closed."""
         return await self.recorder.next_event()
 
+    def stop_delivery(self) -> None:
+        """Deliver nothing more through :meth:`next_event`: what is recorded is still
+        persisted, and read from the journal instead (``roder serve``'s streams). The
+        recorder then never waits for a consumer, and none has to drain it; what waited
+        for one is dropped (it is in the journal). ``next_event`` raises ``StoppedError``
+        once the session closes."""
+        self.recorder.discard_undelivered()
+
     async def flush(self) -> None:
         """Wait until every event recorded so far is persisted and delivered; raise
         ``RecorderError`` (the store's error as ``__cause__``) when persisting failed."""

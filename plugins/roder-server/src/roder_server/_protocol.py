@@ -55,6 +55,10 @@ class ServerSession(Protocol):
         """Return the next persisted event."""
         ...
 
+    def stop_delivery(self) -> None:
+        """Deliver nothing more through :meth:`next_event` (the journal has it all)."""
+        ...
+
 
 class ServerConfig(Protocol):
     """The configuration values the server reads."""

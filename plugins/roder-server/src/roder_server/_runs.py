@@ -24,7 +24,6 @@ import anyio.abc
 from roder_api.codec import to_dict
 from roder_api.errors import (
     BusyError,
-    RoderError,
     StoppedError,
     ThreadBusyError,
     ThreadExistsError,
@@ -427,26 +426,13 @@ class Dispatcher:
                 follow_journal=True,
                 create=held.create,
             ) as session:
+                # Streams read the journal: nothing is delivered through the session (its
+                # recorder never waits for a consumer, and no task wakes to drain it).
+                session.stop_delivery()
                 held.session = session
                 held.ready.set()
-                async with anyio.create_task_group() as tg:
-                    # Streams read the journal; the session's own delivery is drained so
-                    # that its recorder never waits for a consumer (backpressure).
-                    tg.start_soon(_drain, session)
-                    # Closed after _IDLE_S with no request and nothing running: looked at
-                    # every 0.25 s while busy, once at the end of a quiet stretch.
-                    quiet_since, uses = anyio.current_time(), held.uses
-                    while True:
-                        now = anyio.current_time()
-                        if held.in_flight or not session.idle or held.uses != uses:
-                            quiet_since, uses = now, held.uses
-                            await anyio.sleep(0.25)
-                        elif now - quiet_since < _IDLE_S:
-                            await anyio.sleep(quiet_since + _IDLE_S - now)
-                        else:
-                            break
-                    held.closing = True
-                    tg.cancel_scope.cancel()
+                await _until_idle(held, session)
+                held.closing = True
         except Exception as exc:  # noqa: BLE001 - handed to the request that asked
             held.error = exc
         finally:
@@ -456,7 +442,16 @@ class Dispatcher:
                 del self._held[thread_id]
 
 
-async def _drain(session: ServerSession) -> None:
-    with contextlib.suppress(RoderError):  # stopped or failed: the session reports it
-        while True:
-            await session.next_event()
+async def _until_idle(held: _Held, session: ServerSession) -> None:
+    """Return once the session had no request and nothing running for :data:`_IDLE_S`:
+    looked at every 0.25 s while busy, once at the end of a quiet stretch."""
+    quiet_since, uses = anyio.current_time(), held.uses
+    while True:
+        now = anyio.current_time()
+        if held.in_flight or not session.idle or held.uses != uses:
+            quiet_since, uses = now, held.uses
+            await anyio.sleep(0.25)
+        elif now - quiet_since < _IDLE_S:
+            await anyio.sleep(quiet_since + _IDLE_S - now)
+        else:
+            return
