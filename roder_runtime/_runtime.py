@@ -391,7 +391,10 @@ class Runtime:
                 approvals=approvals,
             ),
         )
-        await session.start(functools.partial(self.create_thread, thread_id) if create else None)
+        await session.start(
+            functools.partial(self.create_thread, thread_id) if create else None,
+            lease_new=functools.partial(journal.lease_new, owner=owner) if create else None,
+        )
         self._sessions.add(session)
         return session
 

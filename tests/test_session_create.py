@@ -62,7 +62,8 @@ def around_creates(
     after: Callable[[ThreadMetadata], Awaitable[None]] | None = None,
 ) -> None:
     """Run ``before`` (given the events the thread is made with, none when made alone)
-    and ``after`` around both ways a session makes its thread."""
+    and ``after`` around every way a session makes its thread (alone, with its events,
+    with its events under its lease)."""
     create, create_with = store.create_thread, store.create_thread_with_events
 
     async def alone(metadata: ThreadMetadata) -> ThreadMetadata:
@@ -79,8 +80,22 @@ def around_creates(
             await after(metadata)
         return made
 
+    lease_new = store.lease_new_thread
+
+    def leased(metadata: ThreadMetadata, events: Sequence[Event], *, owner: str) -> Any:
+        @asynccontextmanager
+        async def made() -> AsyncIterator[Any]:
+            await before(metadata, events)
+            async with lease_new(metadata, events, owner=owner) as thread:
+                if after is not None:
+                    await after(metadata)
+                yield thread
+
+        return made()
+
     monkeypatch.setattr(store, "create_thread", alone)
     monkeypatch.setattr(store, "create_thread_with_events", with_events)
+    monkeypatch.setattr(store, "lease_new_thread", leased)
 
 
 @pytest.mark.parametrize("follow", [False, True])

@@ -16,7 +16,7 @@ from contextlib import AbstractAsyncContextManager
 import anyio
 import anyio.lowlevel
 
-from roder_api.errors import SequenceConflictError, StoppedError
+from roder_api.errors import SequenceConflictError, StoppedError, ThreadBusyError
 from roder_api.events import (
     AbortReason,
     AssistantContentDelta,
@@ -30,7 +30,7 @@ from roder_api.events import (
     TurnComplete,
     TurnStarted,
 )
-from roder_api.threads import ThreadLease, ThreadMetadata
+from roder_api.threads import LeasedThread, ThreadLease, ThreadMetadata
 from roder_api.transcript import AssistantMessage, UserMessage
 from roder_runtime.model._ids import new_id
 from roder_runtime.session._recorder import EventRecorder
@@ -44,6 +44,10 @@ _TRIES = 5
 HOLD_S = 0.02
 """How long a new thread's create waits for :meth:`NewThread.go` at most."""
 
+LeaseNew = Callable[[Sequence[Event]], AbstractAsyncContextManager[LeasedThread]]
+"""Takes a new thread's lease and creates it with its first events, held while entered
+(``ThreadJournal.lease_new``)."""
+
 
 class NewThread:
     """The lease and the create of a thread that a session opens on as it creates it
@@ -51,20 +55,22 @@ class NewThread:
 
     Until :meth:`run` has done both, every store call of the session's journal waits
     (``ThreadJournal.creating``), so nothing is journaled before the thread exists and its
-    lease is held; the engine may be called meanwhile. The lease is taken at once. The
-    journal's first append hands its events (the first turn's start) to :meth:`run`, which
-    makes the thread with them in one store call (``ThreadStore.create_thread_with_events``:
-    on the JSONL store two syncs, the file and its directory, where a create and an append
-    took three), or alone when
-    none came; ``error`` is what stopped it.
+    lease is held; the engine may be called meanwhile. The journal's first append hands its
+    events (the first turn's start) to :meth:`run`, which takes the lease and makes the
+    thread with them in one store call (``lease_new``: ``ThreadStore.lease_new_thread``; the
+    JSONL and SQLite stores take the file lock and write the thread in one worker call, the
+    JSONL store with two syncs, the file and its directory), or takes the lease and makes
+    the thread empty when none came; ``error`` is what stopped it, ``held`` what holds the
+    lease (released by the session as it closes).
 
-    The create, and the first append, wait for :meth:`go` (at most :data:`HOLD_S`): the
-    session calls it once the first model request is on the wire
-    (``roder_api.inference.request_sent``), at that call's first event or end, or as it
-    closes. The create's blocking work then runs while the event loop waits for the model,
-    instead of taking the interpreter from the loop while it builds and sends the request
-    (measured: 0.4-0.8 ms sooner to the first delta of a new conversation through
-    ``roder serve``, ``benchmarks/openai_bench.py``).
+    Both wait for :meth:`go` (at most :data:`HOLD_S`): the session calls it once the first
+    model request is on the wire (``roder_api.inference.request_sent``), at that call's
+    first event or end, or as it closes. The blocking work then runs while the event loop
+    waits for the model, instead of taking the interpreter from the loop while it builds
+    and sends the request. Measured on ``benchmarks/openai_bench.py`` (a new conversation
+    through ``roder serve``): the create after the request 0.4-0.8 ms sooner to the first
+    delta; the lease in the create's worker call, rather than one of its own taken at once,
+    0.3-0.7 ms sooner again.
     """
 
     def __init__(
@@ -73,8 +79,11 @@ class NewThread:
         recorder: EventRecorder,
         lease: AbstractAsyncContextManager[ThreadLease],
         create: Callable[[], Awaitable[ThreadMetadata]],
+        lease_new: LeaseNew | None = None,
     ) -> None:
         self._journal = journal
+        self._lease_new = lease_new
+        self.held: AbstractAsyncContextManager[object] | None = None
         self._created = journal.creating(self._first_append)
         self._recorder = recorder
         recorder.gather = self._until_go
@@ -123,31 +132,28 @@ class NewThread:
             self._errors.insert(0, exc)  # the create's error comes first
 
     async def run(self) -> ThreadLease | None:
-        """Take the lease, then make the thread once :meth:`go` was called or
-        :data:`HOLD_S` passed (with the first append's events when the recorder has them);
-        return the lease, or None when either failed (``error`` says why: the create's
-        first, ``ThreadExistsError`` for a taken id). The lease is then released again; a
-        thread whose lease was refused is made all the same, with nothing in it.
+        """Take the lease and make the thread once :meth:`go` was called or :data:`HOLD_S`
+        passed (with the first append's events when the recorder has them); return the
+        lease, or None when either failed (``error`` says why: the create's first,
+        ``ThreadExistsError`` for a taken id). A thread whose lease was refused is made all
+        the same, with nothing in it.
 
-        Shielded: a lease taken is never lost to a cancellation (the create is bounded).
+        Shielded: a lease taken is never lost to a cancellation (the store calls are
+        bounded).
         """
         lease: ThreadLease | None = None
         try:
             with anyio.CancelScope(shield=True):
-                try:
-                    lease = await self._lease_cm.__aenter__()
-                except Exception as exc:  # noqa: BLE001 - the session's calls raise it
-                    self._errors.append(exc)
                 with anyio.move_on_after(HOLD_S):
                     await self._go.wait()
                 if not self._claimed and self._recorder.held:  # its events are on their way
                     with anyio.move_on_after(HOLD_S):
                         await self._offered.wait()
                 self._claimed = True
-                await self._make(self._first if lease is not None else None)
-                if self._errors and lease is not None:
-                    await self._lease_cm.__aexit__(None, None, None)
-                    lease = None
+                if self._first and self._lease_new is not None:
+                    lease = await self._lease_and_make(self._lease_new(self._first))
+                else:
+                    lease = await self._lease_then_make()
         finally:
             if not self._errors and lease is None:  # not Exception: stopped from outside
                 self._errors.append(StoppedError("the session closed before its thread was made"))
@@ -155,6 +161,35 @@ class NewThread:
             self._created(self.error)
             self._made.set()
             self.done.set()
+        return lease
+
+    async def _lease_and_make(
+        self, held: AbstractAsyncContextManager[LeasedThread]
+    ) -> ThreadLease | None:
+        """Take the lease and make the thread with its first events in one store call."""
+        try:
+            leased = await held.__aenter__()
+        except Exception as exc:  # noqa: BLE001 - the session's calls raise it
+            self._errors.append(exc)  # the lease's or the create's: nothing is held
+            if isinstance(exc, ThreadBusyError):
+                await self._make(None)  # made all the same, empty (or its create's error first)
+            return None
+        self.held, self._entries = held, leased.entries
+        return leased.lease
+
+    async def _lease_then_make(self) -> ThreadLease | None:
+        """Take the lease, then make the thread (with the first events when they came)."""
+        lease: ThreadLease | None = None
+        try:
+            lease = await self._lease_cm.__aenter__()
+        except Exception as exc:  # noqa: BLE001 - the session's calls raise it
+            self._errors.append(exc)
+        await self._make(self._first if lease is not None else None)
+        if self._errors and lease is not None:
+            await self._lease_cm.__aexit__(None, None, None)
+            return None
+        if lease is not None:
+            self.held = self._lease_cm
         return lease
 
 

@@ -35,7 +35,7 @@ from roder_runtime.session._follow import JournalFollowing
 from roder_runtime.session._io import RecorderSink, TurnInbox
 from roder_runtime.session._ops import Interrupt, Op, Steer, UserInput
 from roder_runtime.session._recorder import EventRecorder
-from roder_runtime.session._resume import NewThread, find_leftovers
+from roder_runtime.session._resume import LeaseNew, NewThread, find_leftovers
 from roder_runtime.session._tools import SessionTools
 from roder_runtime.store._journal import ThreadJournal
 from roder_runtime.tools._tool_step import ApproveToolCall
@@ -103,11 +103,17 @@ class Session(JournalFollowing):
 
     # --- lifecycle -------------------------------------------------------------------------
 
-    async def start(self, create: Callable[[], Awaitable[ThreadMetadata]] | None = None) -> None:
+    async def start(
+        self,
+        create: Callable[[], Awaitable[ThreadMetadata]] | None = None,
+        *,
+        lease_new: LeaseNew | None = None,
+    ) -> None:
         """Take the lease (or raise ``ThreadBusyError``), start the tasks, and close the
         turn a dead session left running; the input it accepted is run as turns. ``create``
         makes the thread, and the lease is taken, while the first turn starts
-        (:class:`NewThread`; its error is raised by ``submit``)."""
+        (:class:`NewThread`, with ``lease_new`` when it has the first events; its error is
+        raised by ``submit``)."""
         if create is None:
             self.lease = await self._lease_cm.__aenter__()
         try:
@@ -121,7 +127,9 @@ class Session(JournalFollowing):
         try:
             followed, leftovers = 0, []
             if create is not None:  # a new thread: nothing to read back
-                self._new = NewThread(self.journal, self.recorder, self._lease_cm, create)
+                self._new = NewThread(
+                    self.journal, self.recorder, self._lease_cm, create, lease_new
+                )
                 task_group.start_soon(self._open_new, self._new)
             else:
                 # One read before the leftovers (none missed): where the follower starts,
@@ -146,10 +154,12 @@ class Session(JournalFollowing):
 
     async def _release_lease(self) -> None:
         with anyio.CancelScope(shield=True):
+            held: AbstractAsyncContextManager[object] | None = self._lease_cm
             if self._new is not None:
                 await self._new.done.wait()  # taken or refused: never left half-taken
-            if self.lease is not None:
-                await self._lease_cm.__aexit__(None, None, None)
+                held = self._new.held
+            if self.lease is not None and held is not None:
+                await held.__aexit__(None, None, None)
 
     async def _shielded(self, run: Callable[[], Awaitable[None]]) -> None:
         # The opener's cancellation must not tear a turn apart: aclose stops the tasks.

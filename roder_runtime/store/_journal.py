@@ -10,7 +10,8 @@ a session hands them its recorder-backed journal, a script the store-backed one.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
 from typing import Protocol, TypeVar
 
 import anyio
@@ -18,7 +19,13 @@ import anyio
 from roder_api.codec import gc_paused
 from roder_api.errors import StoreError
 from roder_api.events import Event, ItemCompleted, JournalEvent
-from roder_api.threads import EventPage, ThreadMetadata, ThreadSnapshot, ThreadStore
+from roder_api.threads import (
+    EventPage,
+    LeasedThread,
+    ThreadMetadata,
+    ThreadSnapshot,
+    ThreadStore,
+)
 from roder_api.transcript import TranscriptItem, trim_to_last_compaction_boundary
 
 T = TypeVar("T")
@@ -241,6 +248,28 @@ class ThreadJournal:
         if self.observe is not None:
             self.observe(thread_id, entries)
         return entries
+
+    @asynccontextmanager
+    async def lease_new(
+        self, events: Sequence[Event], *, owner: str
+    ) -> AsyncIterator[LeasedThread]:
+        """Take the lease of this new thread and create it with ``events`` as its first
+        (``ThreadStore.lease_new_thread``: one store call where the store can); the lease
+        is held while this is entered."""
+        now = int(time.time() * 1000)
+        held = self.store.lease_new_thread(
+            ThreadMetadata(self.thread_id, now, now), events, owner=owner
+        )
+        leased = await bounded_call(
+            f"lease and create of thread {self.thread_id!r}",
+            held.__aenter__,
+            store_name=self.store_name,
+            timeout_s=self.timeout_s,
+        )
+        try:
+            yield leased
+        finally:
+            await held.__aexit__(None, None, None)
 
     async def create_with_events(self, events: Sequence[Event]) -> list[JournalEvent]:
         """Create the thread (as ``Runtime.create_thread(thread_id)``) with ``events`` as

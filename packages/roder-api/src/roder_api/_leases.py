@@ -1,5 +1,6 @@
-"""Thread leases: who holds one (:class:`LeaseHolder`), the lease (:class:`ThreadLease`), and
-the in-process leases of a store that has no cross-process lock (:func:`process_lease`).
+"""Thread leases: who holds one (:class:`LeaseHolder`), the lease (:class:`ThreadLease`), a new
+thread made under its lease (:class:`LeasedThread`, :func:`lease_then_create`), and the
+in-process leases of a store that has no cross-process lock (:func:`process_lease`).
 
 Part of the store contract (``roder_api._thread_contract`` re-exports the two records, and
 ``roder_api.threads`` is their public home).
@@ -11,11 +12,16 @@ import os
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from roder_api.errors import ThreadBusyError
+from roder_api.events import Event, JournalEvent
+
+if TYPE_CHECKING:
+    from roder_api._thread_contract import ThreadMetadata, ThreadStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +50,27 @@ class ThreadLease:
 
     thread_id: str
     holder: LeaseHolder
+
+
+@dataclass(frozen=True, slots=True)
+class LeasedThread:
+    """A thread just made under its lease (``ThreadStore.lease_new_thread``): the lease, and
+    the thread's first events as journaled."""
+
+    lease: ThreadLease
+    entries: list[JournalEvent]
+
+
+@asynccontextmanager
+async def lease_then_create(
+    store: ThreadStore, metadata: ThreadMetadata, events: Sequence[Event], owner: str
+) -> AsyncIterator[LeasedThread]:
+    """``ThreadStore.lease_new_thread``'s default: take the lease (``store.lease``), then
+    create the thread with its first events (``create_thread_with_events``); the lease is
+    released on the way out, or at once when the create fails."""
+    async with store.lease(metadata.thread_id, owner=owner) as lease:
+        entries = await store.create_thread_with_events(metadata, events)
+        yield LeasedThread(lease, entries)
 
 
 class _ProcessLeases:

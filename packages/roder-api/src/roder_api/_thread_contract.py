@@ -21,7 +21,13 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from roder_api._leases import LeaseHolder, ThreadLease, process_lease
+from roder_api._leases import (
+    LeasedThread,
+    LeaseHolder,
+    ThreadLease,
+    lease_then_create,
+    process_lease,
+)
 from roder_api._record import Record, from_dict, register
 from roder_api._store_waits import AppendWakeups, find_pending_input, poll_for_events
 from roder_api.errors import InvalidThreadIdError, ThreadNotFoundError
@@ -323,6 +329,21 @@ class ThreadStore(ABC):
         validate_thread_id(thread_id)
         return process_lease(id(self), thread_id, owner)
 
+    def lease_new_thread(
+        self, metadata: ThreadMetadata, events: Sequence[Event], *, owner: str
+    ) -> AbstractAsyncContextManager[LeasedThread]:
+        """Return a context manager that takes a new thread's lease and creates the thread
+        with its first ``events`` (:meth:`create_thread_with_events`), holding the lease
+        while it is entered (it yields the :class:`LeasedThread`).
+
+        The default takes the lease, then creates; a store may do both in one call (the
+        kit's stores with file leases: one worker call). Entering raises what the lease or
+        the create raises (``ThreadBusyError``, ``ThreadExistsError``), holding nothing.
+        ``Runtime.start_session(create=True)`` makes its thread this way.
+        """
+        validate_thread_id(metadata.thread_id)
+        return lease_then_create(self, metadata, events, owner)
+
     wait_poll_s: ClassVar[tuple[float, float]] = (0.02, 0.25)
     """The first and the longest pause of the default :meth:`wait_for_events` poll."""
 
@@ -419,6 +440,7 @@ class ThreadStoreFactory(ABC):
 # it (``register`` keys on the tag), pickles and reprs do.
 for _public in (
     EventPage,
+    LeasedThread,
     LeaseHolder,
     ThreadLease,
     ThreadMetadata,
@@ -436,6 +458,7 @@ del _public
 
 __all__ = [
     "EventPage",
+    "LeasedThread",
     "LeaseHolder",
     "THREAD_ID_PATTERN",
     "ThreadLease",

@@ -21,6 +21,7 @@ from roder_api._thread_contract import (
     THREAD_ID_PATTERN,
     UNSET,
     EventPage,
+    LeasedThread,
     LeaseHolder,
     ThreadLease,
     ThreadMetadata,
@@ -53,6 +54,7 @@ from roder_api.transcript import TranscriptItem as TranscriptItem
 
 __all__ = [
     "EventPage",
+    "LeasedThread",
     "LeaseHolder",
     "THREAD_ID_PATTERN",
     "ThreadLease",

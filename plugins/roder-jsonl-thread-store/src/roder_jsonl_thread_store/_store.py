@@ -274,6 +274,10 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
             return _refused_lease(self._core.base_path)
         return self._leases.lease(thread_id, owner=owner)
 
+    def file_leases(self) -> FileLeases | None:
+        """Return the store's file leases (None when opened read-only: its lease refuses)."""
+        return None if self._core.opened_read_only else self._leases
+
     # --- checking and repairing (roder fsck) ----------------------------------------------
 
     async def journal_ids(self) -> list[str]:

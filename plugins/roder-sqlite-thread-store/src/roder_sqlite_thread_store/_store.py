@@ -279,9 +279,17 @@ class SqliteThreadStore(RelationalThreadStore):
                 f"the SQLite thread store {self.path} was opened read-only: it cannot take "
                 f"the lease of thread {thread_id!r} (a lease is for running sessions)"
             )
+        leases = self.file_leases()
+        assert leases is not None
+        return leases.lease(thread_id, owner=owner)
+
+    def file_leases(self) -> FileLeases | None:
+        """Return the store's file leases (None when opened read-only: its lease refuses)."""
+        if self.read_only:
+            return None
         if self._leases is None:
             self._leases = FileLeases(leases_directory(self.path), limiter=self.limiter)
-        return self._leases.lease(thread_id, owner=owner)
+        return self._leases
 
     def close_sync(self) -> None:
         """Close the connections once the writes in progress are done."""

@@ -13,7 +13,8 @@ rest of the program.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, ClassVar, TypeVar
 
 import anyio
@@ -21,6 +22,9 @@ import anyio
 from roder_api._thread_contract import (
     UNSET,
     EventPage,
+    LeasedThread,
+    LeaseHolder,
+    ThreadLease,
     ThreadMetadata,
     ThreadPage,
     ThreadSnapshot,
@@ -38,6 +42,7 @@ from roder_api.storekit._checks import (
     validate_expected,
 )
 from roder_api.storekit._encoded import payloads_of
+from roder_api.storekit._file_leases import FileLeases
 from roder_api.storekit._poll_grid import PollGrid
 from roder_api.storekit._polls import CoalescedReads
 from roder_api.storekit._workers import run_in_worker
@@ -293,6 +298,48 @@ class BlockingThreadStore(ThreadStore):
         entries = await self.run_sync(self.create_with_events_sync, metadata, events, payloads)
         self.notify_appended(metadata.thread_id, entries[-1].sequence, entries)
         return entries
+
+    def file_leases(self) -> FileLeases | None:
+        """Return the store's :class:`FileLeases` when its :meth:`lease` is theirs (the JSONL
+        and SQLite stores), so that :meth:`lease_new_thread` takes a new thread's lease in
+        the create's worker call; None (the default, or a store opened read-only): the
+        lease is taken on its own first."""
+        return None
+
+    def lease_new_thread(
+        self, metadata: ThreadMetadata, events: Sequence[Event], *, owner: str
+    ) -> AbstractAsyncContextManager[LeasedThread]:
+        """Take a new thread's lease and create it with ``events`` (see
+        :meth:`ThreadStore.lease_new_thread`): with :meth:`file_leases`, both in one worker
+        call (one hand-off to a worker thread and back, where two took two)."""
+        leases = self.file_leases()
+        if leases is None or not events:
+            return super().lease_new_thread(metadata, events, owner=owner)
+        validate_thread_id(metadata.thread_id)
+        return self._lease_and_create(leases, metadata, events, owner)
+
+    @asynccontextmanager
+    async def _lease_and_create(
+        self, leases: FileLeases, metadata: ThreadMetadata, events: Sequence[Event], owner: str
+    ) -> AsyncIterator[LeasedThread]:
+        thread_id, holder = metadata.thread_id, LeaseHolder.current(owner)
+        payloads = payloads_of(events)  # the value rule, before anything is written
+
+        def lease_and_create() -> tuple[int, list[JournalEvent]]:
+            fd = leases.acquire_sync(thread_id, holder)
+            try:
+                return fd, self.create_with_events_sync(metadata, events, payloads)
+            except BaseException:
+                leases.release_sync(fd)
+                raise
+
+        with anyio.CancelScope(shield=True):  # a lease taken is never lost to a cancellation
+            fd, entries = await self.run_sync(lease_and_create)
+        self.notify_appended(thread_id, entries[-1].sequence, entries)
+        try:
+            yield LeasedThread(ThreadLease(thread_id, holder), entries)
+        finally:
+            await leases.release(fd)
 
     async def get_thread(self, thread_id: str) -> ThreadMetadata:
         """Return a thread's metadata."""

@@ -116,9 +116,26 @@ class FileLeases:
         try:
             yield ThreadLease(thread_id, holder)
         finally:
-            with anyio.CancelScope(shield=True):
-                async with self._limiter or contextlib.nullcontext():
-                    await run_in_worker(self._release, fd)
+            await self.release(fd)
+
+    def acquire_sync(self, thread_id: str, holder: LeaseHolder) -> int:
+        """Take the thread's lease for ``holder`` in this (worker) thread; return the lock's
+        descriptor, for :meth:`release_sync` or :meth:`release`. ``ThreadBusyError`` when
+        another holds it. For a store that does more in the same worker call
+        (``BlockingThreadStore.lease_new_thread``)."""
+        return self._acquire(self.path(thread_id), thread_id, holder)
+
+    @staticmethod
+    def release_sync(fd: int) -> None:
+        """Release a lease taken by :meth:`acquire_sync` (in a worker thread)."""
+        FileLeases._release(fd)
+
+    async def release(self, fd: int) -> None:
+        """Release a lease taken by :meth:`acquire_sync` from the event loop (shielded: it
+        is never left held by a cancellation)."""
+        with anyio.CancelScope(shield=True):
+            async with self._limiter or contextlib.nullcontext():
+                await run_in_worker(self._release, fd)
 
     def _acquire(self, path: Path, thread_id: str, holder: LeaseHolder) -> int:
         if fcntl is None:  # pragma: no cover - Windows

@@ -20,7 +20,8 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from roder_api.errors import InvalidThreadIdError, StoreError, ThreadBusyError
+from roder_api.errors import InvalidThreadIdError, StoreError, ThreadBusyError, ThreadExistsError
+from roder_api.events import Event
 from roder_api.storekit import turns_from_events
 from roder_api.testing._kit_support import (
     event_bytes,
@@ -159,6 +160,38 @@ class ProcessChecks(StoreKitBase):
             with pytest.raises(InvalidThreadIdError):
                 async with store.lease("../x", owner="kit"):
                     pass
+        finally:
+            await other.aclose()
+
+    async def test_lease_new_thread(
+        self, thread_store: ThreadStore, thread_store_factory: ThreadStoreFactory
+    ) -> None:
+        """``lease_new_thread`` makes the thread with its first events under its lease, held
+        while entered and freed on exit; a taken id is refused, holding nothing."""
+        store = thread_store
+        meta = make_metadata()
+        first: list[Event] = [user_item("hello", "t1")]
+        other = await thread_store_factory.open()
+        try:
+            async with store.lease_new_thread(meta, first, owner="kit-maker") as made:
+                assert made.lease.thread_id == meta.thread_id
+                assert made.lease.holder.owner == "kit-maker"
+                assert [entry.sequence for entry in made.entries] == [1]
+                assert [entry.event for entry in made.entries] == first
+                assert await store.read_events(meta.thread_id) == made.entries
+                with pytest.raises(ThreadBusyError) as info:
+                    async with other.lease(meta.thread_id, owner="kit-second"):
+                        raise AssertionError("a second holder got a new thread's lease")
+                assert info.value.holder is not None
+                assert info.value.holder.owner == "kit-maker"
+            async with other.lease(meta.thread_id, owner="kit-second"):
+                pass  # freed on exit
+            with pytest.raises(ThreadExistsError):
+                async with store.lease_new_thread(meta, first, owner="kit-maker"):
+                    raise AssertionError("a taken id was made again")
+            async with other.lease(meta.thread_id, owner="kit-second"):
+                pass  # the refused create held nothing
+            assert await store.read_events(meta.thread_id) == made.entries
         finally:
             await other.aclose()
 
