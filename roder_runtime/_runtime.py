@@ -337,10 +337,8 @@ class Runtime:
         journal on the thread without the lease (``InputAccepted``) and take the approval
         decisions they journal (``roder serve`` with several workers).
 
-        ``create=True`` opens on a thread it creates (as ``create_thread(thread_id)``): the
-        lease is taken and the thread made while the first turn starts, nothing is read
-        back, and a taken id (``ThreadExistsError``) or a refused lease is raised by
-        ``submit`` (docs/sessions.md).
+        ``create=True``: on a thread it creates under its lease as the first turn starts
+        (``ThreadStore.lease_new_thread``); ``submit`` raises a taken id or refused lease.
         """
         owner = owner or self.name
         opening = self._open_session(
@@ -391,10 +389,9 @@ class Runtime:
                 approvals=approvals,
             ),
         )
-        await session.start(
-            functools.partial(self.create_thread, thread_id) if create else None,
-            lease_new=functools.partial(journal.lease_new, owner=owner) if create else None,
-        )
+        alone = functools.partial(self.create_thread, thread_id) if create else None
+        lease_new = functools.partial(journal.lease_new, owner=owner) if create else None
+        await session.start(alone, lease_new=lease_new)
         self._sessions.add(session)
         return session
 

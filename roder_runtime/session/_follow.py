@@ -7,7 +7,8 @@ decisions as ``ToolApprovalDecided``. The lease holder's session, started with
 answers that input in journal order, and hands a decision to the call that waits for it.
 :class:`JournalFollowing` is the part of :class:`~roder_runtime.session._session.Session` that
 does it, with the ops plugins call without importing the op classes (``submit_input``,
-``decide_tool_call``, ``interrupt``, ``running_turn_id``, ``compaction_preempt``).
+``decide_tool_call``, ``interrupt``, ``running_turn_id``, ``compaction_preempt``), and the
+session's delivery (``next_event``, ``stop_delivery``, ``flush``).
 """
 
 from __future__ import annotations
@@ -86,6 +87,26 @@ class JournalFollowing:
                 event = entry.event
                 if isinstance(event, InputAccepted) and not event.steer:
                     self.take_journaled_input(event.turn_id, event.text)
+
+    # --- events ----------------------------------------------------------------------------
+
+    async def next_event(self) -> JournalEvent:
+        """Return the next event, already persisted; raise ``RecorderError`` when persisting
+        failed (its message names the store) and ``StoppedError`` once closed."""
+        return await self.recorder.next_event()
+
+    def stop_delivery(self) -> None:
+        """Deliver nothing more through :meth:`next_event`: what is recorded is still
+        persisted, and read from the journal instead (``roder serve``'s streams). The
+        recorder then never waits for a consumer, and none has to drain it; what waited
+        for one is dropped (it is in the journal). ``next_event`` raises ``StoppedError``
+        once the session closes."""
+        self.recorder.discard_undelivered()
+
+    async def flush(self) -> None:
+        """Wait until every event recorded so far is persisted and delivered; raise
+        ``RecorderError`` (the store's error as ``__cause__``) when persisting failed."""
+        await self.recorder.flush()
 
     @property
     def running_turn_id(self) -> str | None:

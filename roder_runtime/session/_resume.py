@@ -44,6 +44,9 @@ _TRIES = 5
 HOLD_S = 0.02
 """How long a new thread's create waits for :meth:`NewThread.go` at most."""
 
+CreateThread = Callable[[], Awaitable[ThreadMetadata]]
+"""Creates the thread alone (``Runtime.create_thread``)."""
+
 LeaseNew = Callable[[Sequence[Event]], AbstractAsyncContextManager[LeasedThread]]
 """Takes a new thread's lease and creates it with its first events, held while entered
 (``ThreadJournal.lease_new``)."""
@@ -78,7 +81,7 @@ class NewThread:
         journal: ThreadJournal,
         recorder: EventRecorder,
         lease: AbstractAsyncContextManager[ThreadLease],
-        create: Callable[[], Awaitable[ThreadMetadata]],
+        create: CreateThread,
         lease_new: LeaseNew | None = None,
     ) -> None:
         self._journal = journal

@@ -24,10 +24,9 @@ from roder_api.errors import BusyError, InputTooLargeError, RecorderError, Stopp
 from roder_api.events import (
     AbortReason,
     Event,
-    JournalEvent,
 )
 from roder_api.inference import InferenceEngine, on_request_sent
-from roder_api.threads import ThreadLease, ThreadMetadata
+from roder_api.threads import ThreadLease
 from roder_api.transcript import UserMessage
 from roder_runtime.model._catalog import ModelCatalog
 from roder_runtime.model._ids import new_id
@@ -35,7 +34,7 @@ from roder_runtime.session._follow import JournalFollowing
 from roder_runtime.session._io import RecorderSink, TurnInbox
 from roder_runtime.session._ops import Interrupt, Op, Steer, UserInput
 from roder_runtime.session._recorder import EventRecorder
-from roder_runtime.session._resume import LeaseNew, NewThread, find_leftovers
+from roder_runtime.session._resume import CreateThread, LeaseNew, NewThread, find_leftovers
 from roder_runtime.session._tools import SessionTools
 from roder_runtime.store._journal import ThreadJournal
 from roder_runtime.tools._tool_step import ApproveToolCall
@@ -104,16 +103,13 @@ class Session(JournalFollowing):
     # --- lifecycle -------------------------------------------------------------------------
 
     async def start(
-        self,
-        create: Callable[[], Awaitable[ThreadMetadata]] | None = None,
-        *,
-        lease_new: LeaseNew | None = None,
+        self, create: CreateThread | None = None, *, lease_new: LeaseNew | None = None
     ) -> None:
         """Take the lease (or raise ``ThreadBusyError``), start the tasks, and close the
         turn a dead session left running; the input it accepted is run as turns. ``create``
         makes the thread, and the lease is taken, while the first turn starts
-        (:class:`NewThread`, with ``lease_new`` when it has the first events; its error is
-        raised by ``submit``)."""
+        (:class:`NewThread`; ``lease_new=`` takes both when it has the first events; its
+        error is raised by ``submit``)."""
         if create is None:
             self.lease = await self._lease_cm.__aenter__()
         try:
@@ -335,26 +331,6 @@ class Session(JournalFollowing):
             error = StoppedError(f"the session stopped: {failure}; start a new one")
             error.__cause__ = failure
             raise error
-
-    # --- events ----------------------------------------------------------------------------
-
-    async def next_event(self) -> JournalEvent:
-        """Return the next event, already persisted; raise ``RecorderError`` when persisting
-        failed (its message names the store) and ``StoppedError`` once closed."""
-        return await self.recorder.next_event()
-
-    def stop_delivery(self) -> None:
-        """Deliver nothing more through :meth:`next_event`: what is recorded is still
-        persisted, and read from the journal instead (``roder serve``'s streams). The
-        recorder then never waits for a consumer, and none has to drain it; what waited
-        for one is dropped (it is in the journal). ``next_event`` raises ``StoppedError``
-        once the session closes."""
-        self.recorder.discard_undelivered()
-
-    async def flush(self) -> None:
-        """Wait until every event recorded so far is persisted and delivered; raise
-        ``RecorderError`` (the store's error as ``__cause__``) when persisting failed."""
-        await self.recorder.flush()
 
     # --- the worker ------------------------------------------------------------------------
 

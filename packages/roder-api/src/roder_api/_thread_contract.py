@@ -458,8 +458,8 @@ del _public
 
 __all__ = [
     "EventPage",
-    "LeasedThread",
     "LeaseHolder",
+    "LeasedThread",
     "THREAD_ID_PATTERN",
     "ThreadLease",
     "ThreadMetadata",

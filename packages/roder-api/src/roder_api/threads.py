@@ -54,8 +54,8 @@ from roder_api.transcript import TranscriptItem as TranscriptItem
 
 __all__ = [
     "EventPage",
-    "LeasedThread",
     "LeaseHolder",
+    "LeasedThread",
     "THREAD_ID_PATTERN",
     "ThreadLease",
     "ThreadMetadata",
