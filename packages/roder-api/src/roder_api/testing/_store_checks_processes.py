@@ -195,6 +195,30 @@ class ProcessChecks(StoreKitBase):
         finally:
             await other.aclose()
 
+    async def test_lease_new_thread_across_processes(
+        self, thread_store: ThreadStore, thread_store_factory: ThreadStoreFactory, tmp_path: Path
+    ) -> None:
+        """A new thread's lease taken with its create is refused to another process while
+        held; an id whose lease another process holds is made nothing of, and no event."""
+        factory_file = self._factory_file(thread_store_factory, tmp_path)
+        store = thread_store
+        meta = make_metadata()
+        async with store.lease_new_thread(meta, [user_item("hi", "t1")], owner="kit-maker"):
+            out = await _finish(_child(factory_file, "lease", meta.thread_id, "kit-child"), 60)
+            assert out.startswith("busy ") and "kit-maker" in out, f"the child said {out!r}"
+        taken = make_metadata()
+        holder = _child(factory_file, "lease", taken.thread_id, "kit-child", stdin=True)
+        try:
+            line = await _line(holder.stdout)
+            assert line.split() == ["held", str(holder.pid)], f"the child said {line!r}"
+            with pytest.raises(ThreadBusyError) as info:
+                async with store.lease_new_thread(taken, [user_item("hi", "t1")], owner="kit"):
+                    raise AssertionError("a new thread was made under a lease held elsewhere")
+            assert info.value.holder is not None and info.value.holder.owner == "kit-child"
+            assert not await store.thread_exists(taken.thread_id)
+        finally:
+            await _finish(holder, 60)  # closes its stdin: the child lets go and exits
+
     async def test_lease_across_processes(
         self, thread_store: ThreadStore, thread_store_factory: ThreadStoreFactory, tmp_path: Path
     ) -> None:
