@@ -482,8 +482,8 @@ class EventRecorder:
     def discard_undelivered(self) -> None:
         """Stop delivering: drop what waits for the consumer (it stays in the journal).
 
-        Used when the consumer has gone (the session is closing); frees the queue for the
-        events that close the session, which are still persisted.
+        When the consumer has gone (a closing session's: the events that close it are still
+        persisted), or there is none (``Session.stop_delivery``: it reads the journal).
         """
         self._discard_undelivered = True
         while self._to_deliver:

@@ -249,6 +249,11 @@ class ThreadJournal:
             self.observe(thread_id, entries)
         return entries
 
+    def _new_metadata(self) -> ThreadMetadata:
+        """The metadata of this thread as it is created now (as ``create_thread``)."""
+        now = int(time.time() * 1000)
+        return ThreadMetadata(self.thread_id, now, now)
+
     @asynccontextmanager
     async def lease_new(
         self, events: Sequence[Event], *, owner: str
@@ -256,10 +261,7 @@ class ThreadJournal:
         """Take the lease of this new thread and create it with ``events`` as its first
         (``ThreadStore.lease_new_thread``: one store call where the store can); the lease
         is held while this is entered."""
-        now = int(time.time() * 1000)
-        held = self.store.lease_new_thread(
-            ThreadMetadata(self.thread_id, now, now), events, owner=owner
-        )
+        held = self.store.lease_new_thread(self._new_metadata(), events, owner=owner)
         leased = await bounded_call(
             f"lease and create of thread {self.thread_id!r}",
             held.__aenter__,
@@ -274,8 +276,7 @@ class ThreadJournal:
     async def create_with_events(self, events: Sequence[Event]) -> list[JournalEvent]:
         """Create the thread (as ``Runtime.create_thread(thread_id)``) with ``events`` as
         its first, in one store call; return them as journaled."""
-        now = int(time.time() * 1000)
-        metadata = ThreadMetadata(self.thread_id, now, now)
+        metadata = self._new_metadata()
         return await bounded_call(
             f"create of thread {self.thread_id!r}",
             lambda: self.store.create_thread_with_events(metadata, events),
