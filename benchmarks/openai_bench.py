@@ -21,6 +21,8 @@ One workload, next to its baseline measured in the same run (wall time, medians 
     python benchmarks/openai_bench.py --quick    # a short run (CI smoke)
     python benchmarks/openai_bench.py --roder "env PYTHONPATH=... python -m roder_runtime"
         # another checkout's roder (run from outside this one: its directory would win)
+    python benchmarks/openai_bench.py --against "env PYTHONPATH=... python -m roder_runtime"
+        # an A/B: two servers interleaved (the paired median of B - A, new conversations)
     RODER_EVENT_LOOP=asyncio python benchmarks/openai_bench.py
         # roder serve on asyncio's loop instead of uvloop (the server keeps that variable)
 
@@ -285,6 +287,44 @@ def measure(n: int, command: Sequence[str] = ()) -> dict[str, Any]:
     return {"rows": rows, "load": os.getloadavg()[0]}
 
 
+def measure_against(n: int, against: Sequence[str], command: Sequence[str] = ()) -> dict[str, Any]:
+    """A/B two roders on one llm-katan, a new conversation per response: ``against`` (A)
+    and ``command`` (B, default the installed roder), requests interleaved direct, A, B
+    (A and B in turn first); return each one's added p50 and the paired median of B - A,
+    which the machine's drift (minutes apart) does not move as it moves two runs."""
+    katan, engine_url = start_katan()
+    try:
+        with tempfile.TemporaryDirectory() as tmp_a, tempfile.TemporaryDirectory() as tmp_b:
+            roder_a, url_a = start_roder(Path(tmp_a), engine_url, against)
+            roder_b, url_b = start_roder(Path(tmp_b), engine_url, command)
+            try:
+                direct = openai.OpenAI(base_url=engine_url, api_key="local", max_retries=0)
+                first = openai.OpenAI(base_url=url_a, api_key="local", max_retries=0)
+                second = openai.OpenAI(base_url=url_b, api_key="local", max_retries=0)
+                base, a, b = (
+                    (lambda: direct_ttft(direct)),
+                    (lambda: roder_ttft(first, None)),
+                    (lambda: roder_ttft(second, None)),
+                )
+                d_times, a_times, b_times = alternate([base, a, b], n)  # A B, then B A, ...
+            finally:
+                for proc in (roder_a, roder_b):
+                    proc.terminate()
+                    proc.wait(20)
+    finally:
+        katan.terminate()
+        katan.wait(10)
+    direct_p50 = statistics.median(d_times) * 1e3
+    return {
+        "n": n,
+        "direct_p50_ms": direct_p50,
+        "a_added_p50_ms": statistics.median(a_times) * 1e3 - direct_p50,
+        "b_added_p50_ms": statistics.median(b_times) * 1e3 - direct_p50,
+        "paired_b_minus_a_ms": _paired_ms(a_times, b_times),
+        "load": os.getloadavg()[0],
+    }
+
+
 def print_rows(result: dict[str, Any]) -> None:
     """Print the table of :func:`measure`'s result."""
     rows = result["rows"]
@@ -311,9 +351,22 @@ def main() -> None:
         help="the command that starts roder (for an A/B against another checkout, e.g. "
         '"env PYTHONPATH=... python -m roder_runtime"; default: the installed roder)',
     )
+    parser.add_argument(
+        "--against",
+        metavar="COMMAND",
+        help="A/B: this roder (A) against --roder or the installed one (B), two servers "
+        "interleaved, new conversations; prints the paired median of B - A",
+    )
     args = parser.parse_args()
-    result = measure(10 if args.quick else 100, shlex.split(args.roder) if args.roder else ())
-    print_rows(result)
+    command = shlex.split(args.roder) if args.roder else ()
+    if args.against:
+        result = measure_against(10 if args.quick else 300, shlex.split(args.against), command)
+        print(f"direct p50 {result['direct_p50_ms']:.2f} ms; added p50: A "
+              f"{result['a_added_p50_ms']:+.2f}, B {result['b_added_p50_ms']:+.2f}; paired B - A "
+              f"{result['paired_b_minus_a_ms']:+.2f} ms (n = {result['n']})")  # fmt: skip
+    else:
+        result = measure(10 if args.quick else 100, command)
+        print_rows(result)
     if args.json:
         with open(args.json, "w") as out:
             json.dump({**result, "quick": args.quick}, out, indent=2)
