@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
+from roder_api.errors import ThreadBusyError
 from roder_api.events import ItemCompleted
-from roder_api.storekit import BlockingThreadStore
+from roder_api.storekit import BlockingThreadStore, FollowOn
 from roder_api.threads import ThreadMetadata
 from roder_api.transcript import UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
-from roder_sqlite_thread_store import SqliteThreadStoreFactory
+from roder_sqlite_thread_store import SqliteThreadStore, SqliteThreadStoreFactory
 
 pytestmark = [pytest.mark.anyio, pytest.mark.core]
 
@@ -55,3 +56,93 @@ async def test_the_lease_and_the_create_are_one_worker_call(
     async with store.lease("other", owner="me"):
         await store.create_thread_with_events(ThreadMetadata("other", 1, 1), first)
     assert len(calls) >= 1 and "lease_and_create" not in calls
+
+
+def _said(text: str) -> ItemCompleted:
+    return ItemCompleted("t1", UserMessage(text))
+
+
+async def test_events_offered_to_the_follow_on_are_journaled_in_the_same_worker_call(
+    store: BlockingThreadStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What came before the worker started joins the create's write; what came while it
+    made the thread is one append after it, in the same call; then offers are refused."""
+    calls: list[str] = []
+    run_sync = store.run_sync
+
+    async def counted(func: Any, *args: Any) -> Any:
+        calls.append(getattr(func, "__name__", repr(func)))
+        return await run_sync(func, *args)
+
+    monkeypatch.setattr(store, "run_sync", counted)
+    create = store.create_with_events_sync
+    made_with: list[int] = []
+
+    def create_then_offer(metadata: ThreadMetadata, events: Any, payloads: Any) -> Any:
+        made_with.append(len(events))
+        made = create(metadata, events, payloads)
+        assert follow_on.offer(_said("while made"))  # as the event loop would, meanwhile
+        return made
+
+    monkeypatch.setattr(store, "create_with_events_sync", create_then_offer)
+    follow_on = FollowOn()
+    assert follow_on.offer(_said("before"))
+    first = [_said("first")]
+    metadata = ThreadMetadata("made", 1, 1)
+    async with store.lease_new_thread(metadata, first, owner="me", follow_on=follow_on) as made:
+        assert calls == ["lease_and_create"]
+        assert made_with == [2]  # the first event and the one offered before
+        texts = [entry.event.item.text for entry in made.entries]  # type: ignore[attr-defined]
+        assert texts == ["first", "before", "while made"]
+        assert [entry.sequence for entry in made.entries] == [1, 2, 3]
+        assert not follow_on.open and not follow_on.offer(_said("too late"))
+        assert follow_on.error is None
+    journaled = await store.read_events("made")
+    assert [entry.event for entry in journaled] == [entry.event for entry in made.entries]
+    assert (await store.get_thread("made")).last_sequence == 3
+
+
+async def test_a_failed_follow_on_append_leaves_the_thread_and_its_lease(
+    store: BlockingThreadStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create = store.create_with_events_sync
+
+    def create_then_offer(metadata: ThreadMetadata, events: Any, payloads: Any) -> Any:
+        made = create(metadata, events, payloads)
+        assert follow_on.offer(_said("while made"))
+        return made
+
+    def failing_append(*args: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store, "create_with_events_sync", create_then_offer)
+    monkeypatch.setattr(store, "append_sync", failing_append)
+    follow_on = FollowOn()
+    metadata = ThreadMetadata("made", 1, 1)
+    async with store.lease_new_thread(
+        metadata, [_said("first")], owner="me", follow_on=follow_on
+    ) as made:
+        assert isinstance(follow_on.error, OSError)
+        assert [entry.sequence for entry in made.entries] == [1]
+        with pytest.raises(ThreadBusyError):  # the lease is held all the same
+            async with store.lease("made", owner="other"):
+                pass
+    monkeypatch.undo()
+    assert [entry.sequence for entry in await store.read_events("made")] == [1]
+
+
+async def test_without_the_one_call_path_the_follow_on_takes_nothing(
+    store: BlockingThreadStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if isinstance(store, SqliteThreadStore):
+        pytest.skip("the SQLite store's lease is its file leases'")
+    monkeypatch.setattr(store, "file_leases", lambda: None)  # as a store without file leases
+    follow_on = FollowOn()
+    assert follow_on.offer(_said("offered"))
+    metadata = ThreadMetadata("made", 1, 1)
+    async with store.lease_new_thread(
+        metadata, [_said("first")], owner="me", follow_on=follow_on
+    ) as made:
+        assert [entry.sequence for entry in made.entries] == [1]
+        assert not follow_on.offer(_said("later"))
+    assert (await store.get_thread("made")).last_sequence == 1

@@ -12,6 +12,7 @@ closes, or after ``HOLD_S``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ import pytest
 
 from roder_api.errors import ThreadBusyError, ThreadExistsError, ThreadNotFoundError
 from roder_api.events import (
+    AssistantContentDelta,
     Event,
     InputAccepted,
     ItemCompleted,
@@ -251,6 +253,53 @@ async def test_what_is_recorded_while_the_thread_is_made_goes_in_the_next_write(
         assert made_with == [3], f"made with {made_with}"
         assert appends[0] == waiting - 3, f"appends of {appends}: the first took not all"
         assert session.recorder.batches == 1 + len(appends)
+
+
+async def test_what_is_recorded_while_the_thread_is_made_is_journaled_in_its_store_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kit's stores with file leases (``BlockingThreadStore.lease_new_thread``'s
+    ``follow_on``): the model's first output, recorded while the worker thread makes the
+    thread, is journaled by that worker call right after the thread's first events, not by
+    an append of its own once the create is back (the path to the first streamed token)."""
+    async with make_runtime(tmp_path, SlowFirstEngine()) as runtime:
+        store = await runtime.store()
+        assert isinstance(store, JsonlThreadStore)
+        release = threading.Event()
+        create = store.create_with_events_sync
+        made_with: list[int] = []
+
+        def slow_create(metadata: ThreadMetadata, events: Any, payloads: Any) -> Any:
+            release.wait(10)  # in the worker thread, after the lease
+            made_with.append(len(events))
+            return create(metadata, events, payloads)
+
+        monkeypatch.setattr(store, "create_with_events_sync", slow_create)
+        appended: list[list[Event]] = []
+        append = store.append_events
+
+        async def counted(thread_id: str, events: Any, **kwargs: Any) -> Any:
+            appended.append(list(events))
+            return await append(thread_id, events, **kwargs)
+
+        monkeypatch.setattr(store, "append_events", counted)
+        with anyio.fail_after(20):
+            async with runtime.start_session("made", create=True) as session:
+                async with anyio.create_task_group() as task_group:
+                    task_group.start_soon(session.submit, UserInput("hello"))
+                    # The turn's start is with the create; the model's output is recorded
+                    # while it waits (the start, the input, the step's start, a delta).
+                    while session.recorder.held < 4:  # noqa: ASYNC110 - its state, no event
+                        await anyio.sleep(0.01)
+                    release.set()
+                delivered = await events_until(session, TurnComplete)
+        events = await journal(runtime, "made")
+        assert made_with == [3]  # the turn's start, before the model answered
+        assert [entry.event for entry in delivered] == events  # in order, each once
+        assert [entry.sequence for entry in delivered] == list(range(1, len(events) + 1))
+        first_delta = next(e for e in events if isinstance(e, AssistantContentDelta))
+        assert all(first_delta not in batch for batch in appended), appended
+        assert session.recorder.batches == 1 + len(appended)
 
 
 async def test_input_journaled_elsewhere_on_the_new_thread_is_answered_after_its_first_turn(

@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 import anyio
 
 from roder_api.events import AssistantContentDelta, Event, JournalEvent
-from roder_runtime.session._recorder import EventRecorder, measure
+from roder_runtime.session._recorded import measure
+from roder_runtime.session._recorder import EventRecorder
 from roder_runtime.store._journal import ReplayHistory, ThreadJournal
 
 

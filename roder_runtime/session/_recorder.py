@@ -14,6 +14,9 @@ A session records its events here. The recorder
   passes whole;
 - lets the tasks that are ready record before it takes a batch (one pass of the event
   loop), so events recorded back to back share one append (one sync);
+- while a new thread is made with its first batch, offers what is recorded meanwhile to
+  that store call (:meth:`EventRecorder.follow`, a ``FollowOn``): it is journaled in the
+  same worker call, after the batch, not in an append after it returns;
 - appends a batch of its caller's at once, in order with everything recorded before it and
   conditionally if asked (:meth:`EventRecorder.append_now`: a compaction's commit, closing
   a dead turn), and delivers it like any other;
@@ -32,7 +35,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
@@ -40,8 +42,19 @@ import anyio.lowlevel
 
 from roder_api.codec import dumps
 from roder_api.errors import RecorderError, RecorderFullError, SequenceConflictError, StoppedError
-from roder_api.events import AssistantContentDelta, ContentPhase, Event, JournalEvent
-from roder_api.storekit import EncodedEvents
+from roder_api.events import AssistantContentDelta, Event, JournalEvent
+from roder_api.storekit import EncodedEvents, FollowOn
+from roder_runtime.session._recorded import (
+    DELTA_OVERHEAD,
+    Counters,
+    Measured,
+    Pending,
+    Queued,
+    Signal,
+    StreamKey,
+    encoded,
+    measure,
+)
 
 COALESCE_BYTES = 16 * 1024
 """The most UTF-8 bytes of text merged into one delivered delta."""
@@ -52,9 +65,6 @@ COALESCE_SECONDS = 0.040
 QUEUE_FULL = "event recorder queue is full"
 """The message of the ``RecorderFullError`` a full recorder refuses an event with."""
 
-_DELTA_OVERHEAD = 96
-"""Bytes counted for a delta's envelope (type tag, ids, phase) on top of its text."""
-
 
 class Append(Protocol):
     """Append events to the thread's journal as one atomic, durable batch."""
@@ -64,86 +74,6 @@ class Append(Protocol):
     ) -> list[JournalEvent]:
         """Return the events as journaled (conditionally on ``expected_last_sequence``)."""
         ...
-
-
-StreamKey = tuple[str, str, ContentPhase]
-
-
-Measured = tuple[int, bytes | None]
-"""An event's size against the byte budget and its codec bytes (None: encoded later)."""
-
-
-def measure(event: Event) -> Measured:
-    """Return the bytes an event is counted for against the byte budget, and its encoding.
-
-    A text delta is counted by its text (it may still be merged with the next ones, so it
-    is encoded when its batch is persisted); any other event is encoded here, once, and
-    counted by its bytes. Raise ``UnserializableEventError`` naming the path when the
-    value rule refuses the event.
-    """
-    if isinstance(event, AssistantContentDelta):
-        size = (
-            len(event.delta.encode("utf-8"))
-            + len(event.turn_id)
-            + len(event.model_step_id)
-            + _DELTA_OVERHEAD
-        )
-        return size, None
-    payload = dumps(event)
-    return len(payload), payload
-
-
-def event_size(event: Event) -> int:
-    """Return the bytes an event is counted for against the recorder's byte budget."""
-    return measure(event)[0]
-
-
-def encoded(queued: Sequence[tuple[Event, int, bytes | None]]) -> EncodedEvents:
-    """Return queued events as one batch with their bytes (deltas encoded now, once)."""
-    return EncodedEvents(
-        (event for event, _, _ in queued),
-        [payload if payload is not None else dumps(event) for event, _, payload in queued],
-    )
-
-
-@dataclass(slots=True)
-class _Pending:
-    """Text deltas of one stream waiting to be merged into one event."""
-
-    key: StreamKey
-    parts: list[str]
-    text_bytes: int
-    size: int
-    deadline: float
-
-    def event(self) -> AssistantContentDelta:
-        turn_id, step_id, phase = self.key
-        return AssistantContentDelta(turn_id, step_id, phase, "".join(self.parts))
-
-
-class _Signal:
-    """A level-free wake-up: ``notify()`` wakes every task waiting at that moment."""
-
-    def __init__(self) -> None:
-        self._event = anyio.Event()
-
-    def notify(self) -> None:
-        self._event.set()
-        self._event = anyio.Event()
-
-    async def wait(self) -> None:
-        await self._event.wait()
-
-
-@dataclass(slots=True)
-class _Counters:
-    """Events and bytes held from acceptance until delivery."""
-
-    count: int = 0
-    size: int = 0
-    queued: int = 0  # events given a place in the persist queue so far
-    persisted: int = 0  # of those, persisted (or discarded after a failure)
-    delivered: int = 0  # of those, taken by the consumer
 
 
 class EventRecorder:
@@ -170,17 +100,19 @@ class EventRecorder:
         self.byte_budget = byte_budget
         self.coalesce_bytes = coalesce_bytes
         self.coalesce_seconds = coalesce_seconds
-        self._to_persist: deque[tuple[Event, int, bytes | None]] = deque()
+        self._to_persist: deque[Queued] = deque()
+        self._follow: FollowOn | None = None  # takes what is queued while it accepts
+        self._followed: list[Queued] | None = None  # what it took (while a batch persists)
         self._to_deliver: deque[tuple[JournalEvent, int]] = deque()
-        self._pending: _Pending | None = None
+        self._pending: Pending | None = None
         self._last_stream: StreamKey | None = None
-        self._n = _Counters()
+        self._n = Counters()
         self._failure: BaseException | None = None
         self._closing = False
         self._finished = False
         self._discard_undelivered = False
-        self._writer_wake = _Signal()
-        self._progress = _Signal()
+        self._writer_wake = Signal()
+        self._progress = Signal()
         self._append_lock = anyio.Lock()
         self.batches = 0
         """How many ``append`` calls persisted events (for benchmarks and tests)."""
@@ -246,7 +178,7 @@ class EventRecorder:
     def _record_delta(self, event: AssistantContentDelta, room_checked: bool) -> None:
         key: StreamKey = (event.turn_id, event.model_step_id, event.phase)
         text_bytes = len(event.delta.encode("utf-8"))
-        size = text_bytes + len(event.turn_id) + len(event.model_step_id) + _DELTA_OVERHEAD
+        size = text_bytes + len(event.turn_id) + len(event.model_step_id) + DELTA_OVERHEAD
         pending = self._pending
         if (
             pending is not None
@@ -269,7 +201,7 @@ class EventRecorder:
             self._last_stream = key
             self._enqueue(event, size, None)
             return
-        self._pending = _Pending(
+        self._pending = Pending(
             key, [event.delta], text_bytes, size, anyio.current_time() + self.coalesce_seconds
         )
         self._n.count += 1
@@ -277,7 +209,7 @@ class EventRecorder:
         self._writer_wake.notify()
 
     def _enqueue(self, event: Event, size: int, payload: bytes | None) -> None:
-        self._to_persist.append((event, size, payload))
+        self._queue((event, size, payload))
         self._n.count += 1
         self._n.size += size
         self._n.queued += 1
@@ -287,9 +219,32 @@ class EventRecorder:
         """Move the pending text into the persist queue (already counted)."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            self._to_persist.append((pending.event(), pending.size, None))
+            self._queue((pending.event(), pending.size, None))
             self._n.queued += 1
             self._writer_wake.notify()
+
+    def _queue(self, item: Queued) -> None:
+        follow = self._follow
+        if follow is not None and self._followed is not None:
+            if follow.offer(item[0], item[2]):
+                self._followed.append(item)  # journaled with the batch being persisted
+                return
+            self._follow = None  # refused once: everything after goes the usual way
+        self._to_persist.append(item)
+
+    def follow(self, follow_on: FollowOn) -> bool:
+        """Offer what is queued, and what is recorded next, to ``follow_on`` while the batch
+        being persisted is with the store (a new thread's create: ``NewThread``), until it
+        refuses one; what it takes is journaled after that batch, in the same store call,
+        and delivered with it. False (nothing offered) when no batch is being persisted.
+        """
+        if self._followed is None or self._failure is not None:
+            return False
+        self._follow = follow_on
+        queued, self._to_persist = self._to_persist, deque()
+        for item in queued:
+            self._queue(item)
+        return True
 
     # --- persisting -------------------------------------------------------------------------
 
@@ -324,8 +279,14 @@ class EventRecorder:
     async def _persist_batch(self) -> None:
         batch = list(self._to_persist)
         self._to_persist.clear()
+        followed: list[Queued] = []  # what a FollowOn (``follow``) takes meanwhile
+        self._followed = followed
         try:
-            entries = await self._append(encoded(batch))
+            try:
+                entries = await self._append(encoded(batch))
+            finally:
+                self._follow = self._followed = None
+            batch += followed
             if len(entries) != len(batch):
                 raise RecorderError(
                     f"the store journaled {len(entries)} of {len(batch)} events of a batch"

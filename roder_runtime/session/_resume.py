@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from typing import Protocol
 
 import anyio
 import anyio.lowlevel
@@ -30,6 +31,7 @@ from roder_api.events import (
     TurnComplete,
     TurnStarted,
 )
+from roder_api.storekit import FollowOn
 from roder_api.threads import LeasedThread, ThreadLease, ThreadMetadata
 from roder_api.transcript import AssistantMessage, UserMessage
 from roder_runtime.model._ids import new_id
@@ -47,9 +49,17 @@ HOLD_S = 0.02
 CreateThread = Callable[[], Awaitable[ThreadMetadata]]
 """Creates the thread alone (``Runtime.create_thread``)."""
 
-LeaseNew = Callable[[Sequence[Event]], AbstractAsyncContextManager[LeasedThread]]
-"""Takes a new thread's lease and creates it with its first events, held while entered
-(``ThreadJournal.lease_new``)."""
+
+class LeaseNew(Protocol):
+    """Takes a new thread's lease and creates it with its first events, held while entered;
+    what is offered to ``follow_on`` meanwhile is journaled after them, in the same store
+    call where the store can (``ThreadJournal.lease_new``)."""
+
+    def __call__(
+        self, events: Sequence[Event], *, follow_on: FollowOn | None = None
+    ) -> AbstractAsyncContextManager[LeasedThread]:
+        """Return the context manager that takes the lease and makes the thread."""
+        ...
 
 
 class NewThread:
@@ -99,6 +109,7 @@ class NewThread:
         self._offered = anyio.Event()
         self._entries: list[JournalEvent] = []
         self._errors: list[BaseException] = []  # the create's first
+        self._follow_error: BaseException | None = None  # what followed the create failed
         self.done = anyio.Event()
         self.error: BaseException | None = None
 
@@ -123,6 +134,10 @@ class NewThread:
         await self._made.wait()
         if self._errors:
             raise self._errors[0]
+        if self._follow_error is not None:
+            # The thread stands, with its first events; what followed them was not
+            # journaled: the recorder stops (as for any failed append).
+            raise self._follow_error
         return self._entries
 
     async def _make(self, events: Sequence[Event] | None) -> None:
@@ -154,7 +169,14 @@ class NewThread:
                         await self._offered.wait()
                 self._claimed = True
                 if self._first and self._lease_new is not None:
-                    lease = await self._lease_and_make(self._lease_new(self._first))
+                    # What the session records while the thread is made is journaled in
+                    # the same store call (the model's first output, often): the first
+                    # streamed token waits for no append of its own after the create.
+                    follow_on = FollowOn()
+                    if not self._recorder.follow(follow_on):
+                        follow_on.close()
+                    held = self._lease_new(self._first, follow_on=follow_on)
+                    lease = await self._lease_and_make(held, follow_on)
                 else:
                     lease = await self._lease_then_make()
         finally:
@@ -167,7 +189,7 @@ class NewThread:
         return lease
 
     async def _lease_and_make(
-        self, held: AbstractAsyncContextManager[LeasedThread]
+        self, held: AbstractAsyncContextManager[LeasedThread], follow_on: FollowOn
     ) -> ThreadLease | None:
         """Take the lease and make the thread with its first events in one store call."""
         try:
@@ -177,7 +199,10 @@ class NewThread:
             if isinstance(exc, ThreadBusyError):
                 await self._make(None)  # made all the same, empty (or its create's error first)
             return None
+        finally:
+            follow_on.close()
         self.held, self._entries = held, leased.entries
+        self._follow_error = follow_on.error
         return leased.lease
 
     async def _lease_then_make(self) -> ThreadLease | None:

@@ -19,6 +19,7 @@ import anyio
 from roder_api.codec import gc_paused
 from roder_api.errors import StoreError
 from roder_api.events import Event, ItemCompleted, JournalEvent
+from roder_api.storekit import BlockingThreadStore, FollowOn
 from roder_api.threads import (
     EventPage,
     LeasedThread,
@@ -36,6 +37,9 @@ DEFAULT_STORE_TIMEOUT_S = 120.0
 TAIL_FRESH_S = 0.05
 """How long after :meth:`ThreadJournal.read_events` read the journal's end a replay may
 use that read instead of reading again (when nothing was appended through it since)."""
+
+_KIT_LEASE_NEW = BlockingThreadStore.lease_new_thread
+"""The store kit's ``lease_new_thread``, the one that takes a ``follow_on``."""
 
 
 def store_label(factory: object) -> str:
@@ -256,12 +260,22 @@ class ThreadJournal:
 
     @asynccontextmanager
     async def lease_new(
-        self, events: Sequence[Event], *, owner: str
+        self, events: Sequence[Event], *, owner: str, follow_on: FollowOn | None = None
     ) -> AsyncIterator[LeasedThread]:
         """Take the lease of this new thread and create it with ``events`` as its first
         (``ThreadStore.lease_new_thread``: one store call where the store can); the lease
-        is held while this is entered."""
-        held = self.store.lease_new_thread(self._new_metadata(), events, owner=owner)
+        is held while this is entered. ``follow_on``: what is offered to it while the store
+        call runs is journaled in it, after ``events``, where the store can (the kit's,
+        ``BlockingThreadStore.lease_new_thread``); it is closed when the call returns."""
+        metadata, store = self._new_metadata(), self.store
+        kits = getattr(store.lease_new_thread, "__func__", None) is _KIT_LEASE_NEW
+        if follow_on is not None and kits:  # the kit's own method (not a wrapper of it)
+            assert isinstance(store, BlockingThreadStore)
+            held = store.lease_new_thread(metadata, events, owner=owner, follow_on=follow_on)
+        else:
+            if follow_on is not None:
+                follow_on.close()
+            held = store.lease_new_thread(metadata, events, owner=owner)
         leased = await bounded_call(
             f"lease and create of thread {self.thread_id!r}",
             held.__aenter__,

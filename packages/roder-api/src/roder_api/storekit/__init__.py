@@ -14,6 +14,8 @@ them again:
 - :class:`EncodedEvents`: a batch that carries its events' codec bytes, so they are encoded
   once on their way to disk (:func:`payloads_of` takes them, or encodes);
 - :class:`FileLeases`: thread leases as OS file locks (released when the holder dies);
+- :class:`FollowOn`: events offered to a new thread's create while it runs, journaled in
+  the same store call (``BlockingThreadStore.lease_new_thread``'s ``follow_on``);
 - :class:`RepairableThreadStore`: what a store implements for ``roder fsck``;
 - the fold of a journal into metadata (:func:`fold_metadata`, its open turns
   :func:`open_turns_after` / :func:`turn_change`) and into turns
@@ -66,6 +68,7 @@ from roder_api.storekit._fold import (
     replay_start,
     turns_from_events,
 )
+from roder_api.storekit._follow_on import FollowOn
 from roder_api.storekit._fork_guard import close_on_fork, forget_on_fork, open_close_on_fork
 from roder_api.storekit._group_commit import GroupCommit
 from roder_api.storekit._repairable import CheckReport, RepairableThreadStore, RepairReport
@@ -87,6 +90,7 @@ __all__ = [
     "EncodedEvents",
     "EventRow",
     "FileLeases",
+    "FollowOn",
     "GroupCommit",
     "OPEN_TURNS_DDL",
     "PENDING_QUERY",

@@ -43,6 +43,7 @@ from roder_api.storekit._checks import (
 )
 from roder_api.storekit._encoded import payloads_of
 from roder_api.storekit._file_leases import FileLeases
+from roder_api.storekit._follow_on import FollowOn
 from roder_api.storekit._poll_grid import PollGrid
 from roder_api.storekit._polls import CoalescedReads
 from roder_api.storekit._workers import run_in_worker
@@ -307,20 +308,40 @@ class BlockingThreadStore(ThreadStore):
         return None
 
     def lease_new_thread(
-        self, metadata: ThreadMetadata, events: Sequence[Event], *, owner: str
+        self,
+        metadata: ThreadMetadata,
+        events: Sequence[Event],
+        *,
+        owner: str,
+        follow_on: FollowOn | None = None,
     ) -> AbstractAsyncContextManager[LeasedThread]:
         """Take a new thread's lease and create it with ``events`` (see
         :meth:`ThreadStore.lease_new_thread`): with :meth:`file_leases`, both in one worker
-        call (one hand-off to a worker thread and back, where two took two)."""
+        call (one hand-off to a worker thread and back, where two took two).
+
+        ``follow_on`` (that one-call path only; closed at once otherwise): the events
+        offered to it until the create is done are journaled in the same worker call, after
+        ``events`` (those offered before it starts join the create's write, later ones one
+        append after it), and are in ``LeasedThread.entries``; it is closed before the call
+        returns. When that last append fails, ``follow_on.error`` says why: the lease and
+        the thread with what it was made with stand.
+        """
         leases = self.file_leases()
         if leases is None or not events:
+            if follow_on is not None:
+                follow_on.close()
             return super().lease_new_thread(metadata, events, owner=owner)
         validate_thread_id(metadata.thread_id)
-        return self._lease_and_create(leases, metadata, events, owner)
+        return self._lease_and_create(leases, metadata, events, owner, follow_on)
 
     @asynccontextmanager
     async def _lease_and_create(
-        self, leases: FileLeases, metadata: ThreadMetadata, events: Sequence[Event], owner: str
+        self,
+        leases: FileLeases,
+        metadata: ThreadMetadata,
+        events: Sequence[Event],
+        owner: str,
+        follow_on: FollowOn | None,
     ) -> AsyncIterator[LeasedThread]:
         thread_id, holder = metadata.thread_id, LeaseHolder.current(owner)
         payloads = payloads_of(events)  # the value rule, before anything is written
@@ -328,13 +349,30 @@ class BlockingThreadStore(ThreadStore):
         def lease_and_create() -> tuple[int, list[JournalEvent]]:
             fd = leases.acquire_sync(thread_id, holder)
             try:
-                return fd, self.create_with_events_sync(metadata, events, payloads)
+                made, bytes_ = list(events), list(payloads)
+                if follow_on is not None:
+                    more, more_bytes = follow_on.take()  # they join the create's write
+                    made += more
+                    bytes_ += more_bytes
+                entries = self.create_with_events_sync(metadata, made, bytes_)
             except BaseException:
                 leases.release_sync(fd)
                 raise
+            if follow_on is not None:
+                later, later_bytes = follow_on.close()
+                if later:
+                    try:
+                        entries += self.append_sync(thread_id, later, later_bytes, None)
+                    except Exception as exc:  # noqa: BLE001 - the caller learns it from error
+                        follow_on.error = exc
+            return fd, entries
 
-        with anyio.CancelScope(shield=True):  # a lease taken is never lost to a cancellation
-            fd, entries = await self.run_sync(lease_and_create)
+        try:
+            with anyio.CancelScope(shield=True):  # a lease taken is never lost to a cancellation
+                fd, entries = await self.run_sync(lease_and_create)
+        finally:
+            if follow_on is not None:
+                follow_on.close()  # whatever happened, later offers go the usual way
         self.notify_appended(thread_id, entries[-1].sequence, entries)
         try:
             yield LeasedThread(ThreadLease(thread_id, holder), entries)
