@@ -287,11 +287,16 @@ def measure(n: int, command: Sequence[str] = ()) -> dict[str, Any]:
     return {"rows": rows, "load": os.getloadavg()[0]}
 
 
-def measure_against(n: int, against: Sequence[str], command: Sequence[str] = ()) -> dict[str, Any]:
+def measure_against(
+    n: int, against: Sequence[str], command: Sequence[str] = (), *, conversation: bool = False
+) -> dict[str, Any]:
     """A/B two roders on one llm-katan, a new conversation per response: ``against`` (A)
     and ``command`` (B, default the installed roder), requests interleaved direct, A, B
     (A and B in turn first); return each one's added p50 and the paired median of B - A,
-    which the machine's drift (minutes apart) does not move as it moves two runs."""
+    which the machine's drift (minutes apart) does not move as it moves two runs.
+
+    ``conversation``: each server answers one conversation instead, turn after turn (the
+    direct client sends the same growing history, as in :func:`measure`)."""
     katan, engine_url = start_katan()
     try:
         with tempfile.TemporaryDirectory() as tmp_a, tempfile.TemporaryDirectory() as tmp_b:
@@ -301,10 +306,13 @@ def measure_against(n: int, against: Sequence[str], command: Sequence[str] = ())
                 direct = openai.OpenAI(base_url=engine_url, api_key="local", max_retries=0)
                 first = openai.OpenAI(base_url=url_a, api_key="local", max_retries=0)
                 second = openai.OpenAI(base_url=url_b, api_key="local", max_retries=0)
+                history: list[dict[str, str]] | None = [] if conversation else None
+                conv_a = first.conversations.create().id if conversation else None
+                conv_b = second.conversations.create().id if conversation else None
                 base, a, b = (
-                    (lambda: direct_ttft(direct)),
-                    (lambda: roder_ttft(first, None)),
-                    (lambda: roder_ttft(second, None)),
+                    (lambda: direct_ttft(direct, history)),
+                    (lambda: roder_ttft(first, conv_a)),
+                    (lambda: roder_ttft(second, conv_b)),
                 )
                 d_times, a_times, b_times = alternate([base, a, b], n)  # A B, then B A, ...
             finally:
@@ -317,6 +325,7 @@ def measure_against(n: int, against: Sequence[str], command: Sequence[str] = ())
     direct_p50 = statistics.median(d_times) * 1e3
     return {
         "n": n,
+        "workload": "one conversation" if conversation else "new conversation",
         "direct_p50_ms": direct_p50,
         "a_added_p50_ms": statistics.median(a_times) * 1e3 - direct_p50,
         "b_added_p50_ms": statistics.median(b_times) * 1e3 - direct_p50,
@@ -357,11 +366,21 @@ def main() -> None:
         help="A/B: this roder (A) against --roder or the installed one (B), two servers "
         "interleaved, new conversations; prints the paired median of B - A",
     )
+    parser.add_argument(
+        "--conversation",
+        action="store_true",
+        help="with --against: one conversation on each server, not a new one per response",
+    )
     args = parser.parse_args()
     command = shlex.split(args.roder) if args.roder else ()
     if args.against:
-        result = measure_against(10 if args.quick else 300, shlex.split(args.against), command)
-        print(f"direct p50 {result['direct_p50_ms']:.2f} ms; added p50: A "
+        result = measure_against(
+            10 if args.quick else 300,
+            shlex.split(args.against),
+            command,
+            conversation=args.conversation,
+        )
+        print(f"{result['workload']}: direct p50 {result['direct_p50_ms']:.2f} ms; added p50: A "
               f"{result['a_added_p50_ms']:+.2f}, B {result['b_added_p50_ms']:+.2f}; paired B - A "
               f"{result['paired_b_minus_a_ms']:+.2f} ms (n = {result['n']})")  # fmt: skip
     else:
