@@ -258,8 +258,9 @@ async def test_group_committed_rows_reach_the_index_without_a_catch_up(
 async def test_a_deferred_row_reaches_another_store_without_a_read_or_close_here(
     factory: JsonlThreadStoreFactory,
 ) -> None:
-    # Back-to-back appends leave the last rows for a timer (at most every 10 ms): another
-    # store object (another process, say) lists them soon, though this one never reads.
+    # Back-to-back appends leave the last rows for a timer (at most every
+    # INDEX_FLUSH_INTERVAL_S): another store object (another process, say) lists them soon,
+    # though this one never reads; until the create's row is written it lists nothing.
     store = await factory.open()
     await store.create_thread(ThreadMetadata("a", 1000, 1000))
     for i in range(30):
@@ -268,7 +269,8 @@ async def test_a_deferred_row_reaches_another_store_without_a_read_or_close_here
     counts: list[int] = []
     with anyio.move_on_after(10):
         while counts[-1:] != [30]:
-            counts.append((await other.list_threads()).threads[0].item_count)
+            listed = (await other.list_threads()).threads
+            counts.append(listed[0].item_count if listed else 0)
             await anyio.sleep(0.01)
     assert counts[-1] == 30
     await other.aclose()
