@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from roder_api.errors import RecorderError, StoreError
@@ -20,6 +21,7 @@ from roder_api.events import (
 )
 from roder_api.threads import ThreadMetadata
 from roder_jsonl_thread_store import JsonlThreadStore
+from roder_runtime.session import _recorder
 from roder_runtime.session._recorder import COALESCE_BYTES, EventRecorder
 
 pytestmark = [pytest.mark.anyio, pytest.mark.core]
@@ -252,6 +254,30 @@ async def test_first_delta_goes_out_at_once_and_a_timer_flushes_a_quiet_stream(
         # Nothing else arrives: the 40 ms timer sends the pending text on its own.
         with anyio.fail_after(10):
             assert (await recorder.next_event()).event == delta("second third")
+
+
+async def test_text_that_ends_a_batch_skips_the_gather_pass(
+    jsonl_store: JsonlThreadStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch takes one pass of the event loop first, so that what the ready tasks record
+    joins it; not when text ends it (a reader waits for a stream's first token)."""
+    passes: list[int] = []
+
+    async def one_pass() -> None:
+        passes.append(len(passes))
+        await anyio.lowlevel.checkpoint()
+
+    monkeypatch.setattr(_recorder, "_ONE_PASS", one_pass)
+    thread_id = await new_thread(jsonl_store)
+    async with running(jsonl_store, thread_id) as recorder:
+        assert recorder.gather is one_pass
+        recorder.record(delta("first"))
+        assert (await drain(recorder, 1))[0].event == delta("first")
+        assert passes == []  # text ended the batch: taken at once
+        warning = WarningEvent("careful", "turn")
+        recorder.record(warning)
+        assert (await drain(recorder, 1))[0].event == warning
+        assert passes == [0]  # any other event: one pass first
 
 
 async def test_large_deltas_pass_whole(jsonl_store: JsonlThreadStore) -> None:

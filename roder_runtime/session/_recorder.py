@@ -66,6 +66,10 @@ QUEUE_FULL = "event recorder queue is full"
 """The message of the ``RecorderFullError`` a full recorder refuses an event with."""
 
 
+_ONE_PASS = anyio.lowlevel.checkpoint
+"""The default ``EventRecorder.gather``: one pass of the event loop."""
+
+
 class Append(Protocol):
     """Append events to the thread's journal as one atomic, durable batch."""
 
@@ -116,8 +120,9 @@ class EventRecorder:
         self._append_lock = anyio.Lock()
         self.batches = 0
         """How many ``append`` calls persisted events (for benchmarks and tests)."""
-        self.gather: Callable[[], Awaitable[None]] = anyio.lowlevel.checkpoint
-        """Awaited before a batch is taken, so that what is recorded meanwhile joins it."""
+        self.gather: Callable[[], Awaitable[None]] = _ONE_PASS
+        """Awaited before a batch is taken, so that what is recorded meanwhile joins it
+        (by default one pass of the event loop, skipped when text ends the batch)."""
 
     # --- accepting --------------------------------------------------------------------------
 
@@ -258,8 +263,12 @@ class EventRecorder:
                 if self._to_persist:
                     # One pass of the event loop first (``gather``): what the tasks ready
                     # now record joins this batch (a tool step's calls and their
-                    # ToolCallStarted share one sync instead of two back to back).
-                    await self.gather()
+                    # ToolCallStarted share one sync instead of two back to back). Not
+                    # when text ends the batch: a reader waits for it (a stream's first
+                    # token), and the text after it is merged into later deltas anyway.
+                    text_last = type(self._to_persist[-1][0]) is AssistantContentDelta
+                    if not text_last or self.gather is not _ONE_PASS:
+                        await self.gather()
                     async with self._append_lock:
                         await self._persist_batch()
                     if self._failure is not None:
