@@ -128,6 +128,38 @@ async def test_a_read_after_the_known_end_is_answered_by_a_stat(
         await store.aclose()
 
 
+async def test_a_read_from_the_last_line_written_needs_no_search(
+    factory: JsonlThreadStoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading from a sequence in the last events line this store wrote (what a session
+    reads back before each turn) starts at that line: no binary search over the journal."""
+    store = await factory.open()
+    try:
+        await store.create_thread(ThreadMetadata("t", 1000, 1000))
+        text = "x" * 500
+        for i in range(100):  # ~50 KB: a search would read several windows
+            await store.append_events("t", [ItemCompleted("turn", UserMessage(f"{i} {text}"))])
+        batch = [ItemCompleted("turn", UserMessage(f"last {n}")) for n in range(3)]
+        await store.append_events("t", batch)  # sequences 101, 102, 103
+        searched: list[int] = []
+        real = _reader.loads_json
+
+        def counting(raw: Any) -> Any:
+            searched.append(1)
+            return real(raw)
+
+        monkeypatch.setattr(_reader, "loads_json", counting)
+        got = await store.read_events("t", after=101)
+        assert [entry.sequence for entry in got] == [102, 103]
+        assert [entry.event for entry in got] == batch[1:]
+        assert [e.sequence for e in await store.read_events("t", after=100)] == [101, 102, 103]
+        assert searched == []
+        assert [e.sequence for e in await store.read_events("t", after=50, limit=2)] == [51, 52]
+        assert searched, "a sequence further back is searched for"
+    finally:
+        await store.aclose()
+
+
 async def test_what_another_process_did_to_the_journal_is_read_from_the_file(
     factory: JsonlThreadStoreFactory, opens: list[str]
 ) -> None:

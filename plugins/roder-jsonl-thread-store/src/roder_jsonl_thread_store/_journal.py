@@ -54,6 +54,10 @@ class JournalState:
     metadata: ThreadMetadata
     boundary_offset: int
     boundary_sequence: int
+    tail_offset: int = 0
+    """Where the last events line this store wrote starts (0: not known, as after a scan)."""
+    tail_sequence: int = 0
+    """The first sequence in that line (0: not known)."""
 
     def describes(self, st: os.stat_result) -> bool:
         """Return True when ``st`` (the journal's ``stat``) shows the file this state left:
@@ -366,6 +370,7 @@ def advance(state: JournalState, line: bytes, entries: Sequence[JournalEvent]) -
         if entry.recorded_at_ms > updated:
             updated = entry.recorded_at_ms
     if entries:
+        state.tail_offset, state.tail_sequence = offset, entries[0].sequence
         # What fold_metadata computes, built directly: dataclasses.replace costs more than
         # the rest of a commit's bookkeeping.
         state.metadata = ThreadMetadata(
@@ -394,6 +399,8 @@ def copy_state(state: JournalState) -> JournalState:
         state.metadata,
         state.boundary_offset,
         state.boundary_sequence,
+        state.tail_offset,
+        state.tail_sequence,
     )
 
 

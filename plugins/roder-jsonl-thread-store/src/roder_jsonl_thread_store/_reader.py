@@ -326,8 +326,12 @@ class JournalReader:
         """Return a line offset at or before the line holding sequence ``target``.
 
         A binary search over byte offsets (sequences grow with the offset), then the reader
-        skips forward: the cost grows with the log of the journal's length.
+        skips forward: the cost grows with the log of the journal's length. A target in the
+        last events line this store wrote is found without a search (a session reading
+        back what came after its last replay, before each turn).
         """
+        if state.tail_sequence and target >= state.tail_sequence:
+            return state.tail_offset
         lo, hi = 0, state.size
         while hi - lo > SEEK_WINDOW:
             mid = (lo + hi) // 2
