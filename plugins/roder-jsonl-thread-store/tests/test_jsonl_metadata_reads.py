@@ -20,6 +20,7 @@ from roder_api.events import ItemCompleted
 from roder_api.threads import ThreadMetadata
 from roder_api.transcript import UserMessage
 from roder_jsonl_thread_store import JsonlThreadStore, JsonlThreadStoreFactory, _reader
+from roder_jsonl_thread_store._journal import TAIL_LINES
 
 pytestmark = [pytest.mark.anyio, pytest.mark.core]
 
@@ -128,11 +129,11 @@ async def test_a_read_after_the_known_end_is_answered_by_a_stat(
         await store.aclose()
 
 
-async def test_a_read_from_the_last_line_written_needs_no_search(
+async def test_a_read_from_the_last_lines_written_needs_no_search(
     factory: JsonlThreadStoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Reading from a sequence in the last events line this store wrote (what a session
-    reads back before each turn) starts at that line: no binary search over the journal."""
+    """Reading from a sequence in the last events lines this store wrote (what a session
+    reads back before each turn: its last turn) starts at that line: no binary search."""
     store = await factory.open()
     try:
         await store.create_thread(ThreadMetadata("t", 1000, 1000))
@@ -153,6 +154,9 @@ async def test_a_read_from_the_last_line_written_needs_no_search(
         assert [entry.sequence for entry in got] == [102, 103]
         assert [entry.event for entry in got] == batch[1:]
         assert [e.sequence for e in await store.read_events("t", after=100)] == [101, 102, 103]
+        back = 100 - TAIL_LINES + 2  # in the oldest line remembered
+        got = await store.read_events("t", after=back - 1, limit=2)
+        assert [entry.sequence for entry in got] == [back, back + 1]
         assert searched == []
         assert [e.sequence for e in await store.read_events("t", after=50, limit=2)] == [51, 52]
         assert searched, "a sequence further back is searched for"

@@ -43,6 +43,11 @@ AUTOMATIC = frozenset({TORN_TAIL})
 """Damage kinds a writer repairs on its own (under the writer lock): a crash mid-write."""
 
 
+TAIL_LINES = 16
+"""How many of the last events lines a journal's state remembers the start of: a turn's
+lines (its start, its first text, merged text, its end) are a handful."""
+
+
 @dataclass(slots=True)
 class JournalState:
     """What is known of a journal up to ``size`` bytes (``lines`` complete lines)."""
@@ -54,10 +59,9 @@ class JournalState:
     metadata: ThreadMetadata
     boundary_offset: int
     boundary_sequence: int
-    tail_offset: int = 0
-    """Where the last events line this store wrote starts (0: not known, as after a scan)."""
-    tail_sequence: int = 0
-    """The first sequence in that line (0: not known)."""
+    tail: tuple[tuple[int, int], ...] = ()
+    """Where the last :data:`TAIL_LINES` events lines this store wrote start, and the first
+    sequence in each, oldest first (empty: not known, as after a scan)."""
 
     def describes(self, st: os.stat_result) -> bool:
         """Return True when ``st`` (the journal's ``stat``) shows the file this state left:
@@ -370,7 +374,7 @@ def advance(state: JournalState, line: bytes, entries: Sequence[JournalEvent]) -
         if entry.recorded_at_ms > updated:
             updated = entry.recorded_at_ms
     if entries:
-        state.tail_offset, state.tail_sequence = offset, entries[0].sequence
+        state.tail = (*state.tail[1 - TAIL_LINES :], (offset, entries[0].sequence))
         # What fold_metadata computes, built directly: dataclasses.replace costs more than
         # the rest of a commit's bookkeeping.
         state.metadata = ThreadMetadata(
@@ -399,8 +403,7 @@ def copy_state(state: JournalState) -> JournalState:
         state.metadata,
         state.boundary_offset,
         state.boundary_sequence,
-        state.tail_offset,
-        state.tail_sequence,
+        state.tail,
     )
 
 

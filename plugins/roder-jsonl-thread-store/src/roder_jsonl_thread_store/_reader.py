@@ -327,11 +327,14 @@ class JournalReader:
 
         A binary search over byte offsets (sequences grow with the offset), then the reader
         skips forward: the cost grows with the log of the journal's length. A target in the
-        last events line this store wrote is found without a search (a session reading
-        back what came after its last replay, before each turn).
+        last events lines this store wrote (``JournalState.tail``) is found without a search
+        (a session reading back its last turn, before each turn).
         """
-        if state.tail_sequence and target >= state.tail_sequence:
-            return state.tail_offset
+        tail = state.tail
+        if tail and target >= tail[0][1]:
+            for offset, first in reversed(tail):
+                if first <= target:
+                    return offset
         lo, hi = 0, state.size
         while hi - lo > SEEK_WINDOW:
             mid = (lo + hi) // 2
