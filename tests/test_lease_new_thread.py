@@ -36,9 +36,8 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     await opened.aclose()
 
 
-async def test_the_lease_and_the_create_are_one_worker_call(
-    store: BlockingThreadStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def worker_calls(monkeypatch: pytest.MonkeyPatch, store: BlockingThreadStore) -> list[str]:
+    """Return the list the names of the store's worker calls (``run_sync``) go in."""
     calls: list[str] = []
     run_sync = store.run_sync
 
@@ -47,6 +46,13 @@ async def test_the_lease_and_the_create_are_one_worker_call(
         return await run_sync(func, *args)
 
     monkeypatch.setattr(store, "run_sync", counted)
+    return calls
+
+
+async def test_the_lease_and_the_create_are_one_worker_call(
+    store: BlockingThreadStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = worker_calls(monkeypatch, store)
     first = [ItemCompleted("t1", UserMessage("hello"))]
     async with store.lease_new_thread(ThreadMetadata("made", 1, 1), first, owner="me") as made:
         assert calls == ["lease_and_create"]
@@ -67,14 +73,7 @@ async def test_events_offered_to_the_follow_on_are_journaled_in_the_same_worker_
 ) -> None:
     """What came before the worker started joins the create's write; what came while it
     made the thread is one append after it, in the same call; then offers are refused."""
-    calls: list[str] = []
-    run_sync = store.run_sync
-
-    async def counted(func: Any, *args: Any) -> Any:
-        calls.append(getattr(func, "__name__", repr(func)))
-        return await run_sync(func, *args)
-
-    monkeypatch.setattr(store, "run_sync", counted)
+    calls = worker_calls(monkeypatch, store)
     create = store.create_with_events_sync
     made_with: list[int] = []
 
@@ -135,7 +134,7 @@ async def test_without_the_one_call_path_the_follow_on_takes_nothing(
     store: BlockingThreadStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if isinstance(store, SqliteThreadStore):
-        pytest.skip("the SQLite store's lease is its file leases'")
+        pytest.skip("the SQLite store's lease is its file leases: it has no path without them")
     monkeypatch.setattr(store, "file_leases", lambda: None)  # as a store without file leases
     follow_on = FollowOn()
     assert follow_on.offer(_said("offered"))

@@ -100,6 +100,19 @@ def around_creates(
     monkeypatch.setattr(store, "lease_new_thread", leased)
 
 
+def appends_of(monkeypatch: pytest.MonkeyPatch, store: Any) -> list[list[Event]]:
+    """Return the list the store's ``append_events`` calls are recorded in (their events)."""
+    appended: list[list[Event]] = []
+    append = store.append_events
+
+    async def counted(thread_id: str, events: Any, **kwargs: Any) -> Any:
+        appended.append(list(events))
+        return await append(thread_id, events, **kwargs)
+
+    monkeypatch.setattr(store, "append_events", counted)
+    return appended
+
+
 @pytest.mark.parametrize("follow", [False, True])
 async def test_a_session_creates_its_thread_and_reads_nothing_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, follow: bool
@@ -224,14 +237,7 @@ async def test_what_is_recorded_while_the_thread_is_made_goes_in_the_next_write(
             made_with.append(len(events))
 
         around_creates(monkeypatch, store, slow)
-        appends: list[int] = []
-        append = store.append_events
-
-        async def counted(thread_id: str, events: Any, **kwargs: Any) -> Any:
-            appends.append(len(events))
-            return await append(thread_id, events, **kwargs)
-
-        monkeypatch.setattr(store, "append_events", counted)
+        appended = appends_of(monkeypatch, store)
         with anyio.fail_after(20):
             async with runtime.start_session("made", create=True) as session:
                 async with anyio.create_task_group() as task_group:
@@ -242,7 +248,7 @@ async def test_what_is_recorded_while_the_thread_is_made_goes_in_the_next_write(
                     waiting = session.recorder.held
                     assert engine.calls == 1
                     assert waiting >= 4  # TurnStarted, the input, ModelStepStarted, a delta
-                    assert appends == []
+                    assert appended == []
                     made.set()
                 await events_until(session, TurnComplete)
         events = await journal(runtime, "made")
@@ -251,8 +257,8 @@ async def test_what_is_recorded_while_the_thread_is_made_goes_in_the_next_write(
         # went out, the hold's end), and what came while it was made (the model's output)
         # went in the one append right after it: nothing waited longer.
         assert made_with == [3], f"made with {made_with}"
-        assert appends[0] == waiting - 3, f"appends of {appends}: the first took not all"
-        assert session.recorder.batches == 1 + len(appends)
+        assert len(appended[0]) == waiting - 3, f"appends of {appended}: the first took not all"
+        assert session.recorder.batches == 1 + len(appended)
 
 
 async def test_what_is_recorded_while_the_thread_is_made_is_journaled_in_its_store_call(
@@ -275,14 +281,7 @@ async def test_what_is_recorded_while_the_thread_is_made_is_journaled_in_its_sto
             return create(metadata, events, payloads)
 
         monkeypatch.setattr(store, "create_with_events_sync", slow_create)
-        appended: list[list[Event]] = []
-        append = store.append_events
-
-        async def counted(thread_id: str, events: Any, **kwargs: Any) -> Any:
-            appended.append(list(events))
-            return await append(thread_id, events, **kwargs)
-
-        monkeypatch.setattr(store, "append_events", counted)
+        appended = appends_of(monkeypatch, store)
         with anyio.fail_after(20):
             async with runtime.start_session("made", create=True) as session:
                 async with anyio.create_task_group() as task_group:
