@@ -18,7 +18,7 @@ from roder_api.storekit import BlockingThreadStore, FollowOn
 from roder_api.threads import ThreadMetadata
 from roder_api.transcript import UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
-from roder_sqlite_thread_store import SqliteThreadStore, SqliteThreadStoreFactory
+from roder_sqlite_thread_store import SqliteThreadStoreFactory
 
 pytestmark = [pytest.mark.anyio, pytest.mark.core]
 
@@ -131,10 +131,11 @@ async def test_a_failed_follow_on_append_leaves_the_thread_and_its_lease(
 
 
 async def test_without_the_one_call_path_the_follow_on_takes_nothing(
-    store: BlockingThreadStore, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if isinstance(store, SqliteThreadStore):
-        pytest.skip("the SQLite store's lease is its file leases: it has no path without them")
+    # JSONL only: its lease works without file_leases(); the SQLite store's needs them.
+    store = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
+    assert isinstance(store, BlockingThreadStore)
     monkeypatch.setattr(store, "file_leases", lambda: None)  # as a store without file leases
     follow_on = FollowOn()
     assert follow_on.offer(_said("offered"))
@@ -145,3 +146,4 @@ async def test_without_the_one_call_path_the_follow_on_takes_nothing(
         assert [entry.sequence for entry in made.entries] == [1]
         assert not follow_on.offer(_said("later"))
     assert (await store.get_thread("made")).last_sequence == 1
+    await store.aclose()
