@@ -4,6 +4,9 @@ first events, and every create the writer was told had happened is there.
 A real child process creates threads with three events each, one after another, printing
 each id once its create returned; the parent kills it (SIGKILL) at a random point, then
 opens the store and reads every thread there is (JSONL: every journal file, listed or not).
+The same for a new thread made under its lease with two events following in the same
+worker call (``BlockingThreadStore.lease_new_thread``'s ``follow_on``): a thread holds its
+three first events or all five, never four.
 """
 
 from __future__ import annotations
@@ -34,27 +37,48 @@ from roder_api.transcript import UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
 from roder_sqlite_thread_store import SqliteThreadStoreFactory
 
-async def main(kind, path):
+from roder_api.storekit import FollowOn
+
+async def main(kind, path, mode):
     factory = (JsonlThreadStoreFactory(base_path=Path(path)) if kind == "jsonl"
                else SqliteThreadStoreFactory(path=path))
     store = await factory.open()
+    create = store.create_with_events_sync
+    following = []
+
+    def create_then_offer(metadata, events, payloads):
+        made = create(metadata, events, payloads)
+        for text in ("followed 1", "followed 2"):  # as the event loop would, meanwhile
+            following[-1].offer(ItemCompleted("t", UserMessage(text * 40)))
+        return made
+
+    store.create_with_events_sync = create_then_offer
     for i in range(100000):
         thread_id = f"made{i}"
         first = [TurnStarted("t"), ItemCompleted("t", UserMessage("hello " * 50)),
                  TurnComplete("t")]
-        await store.create_thread_with_events(ThreadMetadata(thread_id, 1, 1), first)
+        metadata = ThreadMetadata(thread_id, 1, 1)
+        following.append(FollowOn())
+        if mode == "create":
+            following[-1].close()
+            await store.create_thread_with_events(metadata, first)
+        else:
+            async with store.lease_new_thread(
+                metadata, first, owner="child", follow_on=following[-1]
+            ) as made:
+                assert len(made.entries) == 5 and following[-1].error is None
         print(thread_id, flush=True)
 
-anyio.run(main, sys.argv[1], sys.argv[2])
+anyio.run(main, sys.argv[1], sys.argv[2], sys.argv[3])
 """
 
 
-def kill_while_creating(kind: str, path: str, seed: int) -> list[str]:
+def kill_while_creating(kind: str, path: str, seed: int, mode: str = "create") -> list[str]:
     """Run the child until a random number of creates returned, SIGKILL it mid-loop;
     return the ids it said were made."""
     rng = random.Random(seed)
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, kind, path], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", CHILD, kind, path, mode], stdout=subprocess.PIPE, text=True
     )
     assert child.stdout is not None
     acked: list[str] = []
@@ -111,3 +135,22 @@ def test_a_killed_create_leaves_the_thread_whole_or_absent(tmp_path: Path, kind:
         killed_inside += len(found) > len(acked)  # made, not yet acknowledged
     # Not an assertion on luck: the trials are what they are; say what they covered.
     print(f"{kind}: {killed_inside} of 6 kills landed after a create was durable, unsaid")
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+def test_a_killed_create_with_a_follow_on_leaves_its_first_events_or_all(
+    tmp_path: Path, kind: str
+) -> None:
+    between = 0
+    for trial in range(6):
+        path = str(tmp_path / f"{kind}{trial}" / ("store.sqlite3" if kind == "sqlite" else ""))
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        acked = kill_while_creating(kind, path, seed=trial, mode="follow")
+
+        found, counts = anyio.run(read_all, kind, path)
+        assert set(acked) <= found, f"trial {trial}: acknowledged creates lost"
+        assert all(counts[thread] == 5 for thread in acked), f"trial {trial}: {counts}"
+        assert all(n in (3, 5) for n in counts.values()), f"trial {trial}: {counts}"
+        between += sum(n == 3 for n in counts.values())
+    # Not an assertion on luck: say what the kills covered.
+    print(f"{kind}: {between} of 6 kills landed between a create and what followed it")
