@@ -20,6 +20,7 @@ DELTA_OVERHEAD = 96
 
 
 StreamKey = tuple[str, str, ContentPhase]
+"""What makes text deltas one stream: their turn, model step and phase."""
 
 
 Queued = tuple[Event, int, bytes | None]
@@ -73,6 +74,7 @@ class Pending:
     deadline: float
 
     def event(self) -> AssistantContentDelta:
+        """Return the merged text as one delta."""
         turn_id, step_id, phase = self.key
         return AssistantContentDelta(turn_id, step_id, phase, "".join(self.parts))
 
@@ -84,10 +86,12 @@ class Signal:
         self._event = anyio.Event()
 
     def notify(self) -> None:
+        """Wake every task waiting now."""
         self._event.set()
         self._event = anyio.Event()
 
     async def wait(self) -> None:
+        """Wait for the next :meth:`notify`."""
         await self._event.wait()
 
 
