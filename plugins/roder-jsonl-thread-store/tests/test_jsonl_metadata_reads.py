@@ -105,30 +105,6 @@ async def test_an_unchanged_journal_is_not_opened_to_read_its_metadata(
         await store.aclose()
 
 
-async def test_a_read_after_the_known_end_is_answered_by_a_stat(
-    factory: JsonlThreadStoreFactory, opens: list[str]
-) -> None:
-    """A session's look for input journaled elsewhere before each turn (``read_events``
-    after what it has seen) opens nothing while the journal is as this store left it, and
-    reads what another process appended once it is not."""
-    base = Path(factory.base_path)
-    store = await _store_with_thread(factory)
-    try:
-        opens.clear()
-        assert await store.read_events("t", after=1) == []
-        assert await store.read_events("t", after=5) == []
-        assert opens == []
-        assert [entry.sequence for entry in await store.read_events("t")] == [1]  # a real read
-        other_process(base, "append", "t")
-        opens.clear()
-        assert [entry.sequence for entry in await store.read_events("t", after=1)] == [2]
-        assert opens, "the journal grew: read from the file"
-        with pytest.raises(ThreadNotFoundError):
-            await store.read_events("nope", after=1)
-    finally:
-        await store.aclose()
-
-
 async def test_a_read_from_the_last_lines_written_needs_no_search(
     factory: JsonlThreadStoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

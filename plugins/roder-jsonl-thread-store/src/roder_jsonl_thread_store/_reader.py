@@ -306,19 +306,15 @@ class JournalReader:
         appends asks this of every waiting thread, several times a second (one system
         call instead of an open, an ``fstat`` and a close, and no file object).
         """
-        known = self._known_by_stat(thread_id)
-        return known.metadata if known is not None else self.state(thread_id).metadata
-
-    def _known_by_stat(self, thread_id: str) -> JournalState | None:
-        """Return the journal's known state when one ``stat`` finds the file as it left it,
-        else None (not known, changed, gone or unreadable: a read says which)."""
         core = self.core
-        if thread_id not in core.states:  # nothing to compare a stat with
-            return None
-        try:
-            return core.known_state(thread_id, os.stat(core.journal_file(thread_id)))
-        except OSError:
-            return None
+        if thread_id in core.states:  # else there is nothing to compare a stat with
+            try:
+                known = core.known_state(thread_id, os.stat(core.journal_file(thread_id)))
+            except OSError:
+                known = None  # gone or unreadable: the read below says which
+            if known is not None:
+                return known.metadata
+        return self.state(thread_id).metadata
 
     # --- events ---------------------------------------------------------------------------
 
@@ -384,16 +380,7 @@ class JournalReader:
     def read(
         self, thread_id: str, after: int, before: int | None, limit: int | None, mode: str
     ) -> list[JournalEvent]:
-        """Return events with ``after < sequence < before`` (``mode``: replay or seek).
-
-        Nothing after ``after`` (a session's look for input other processes journaled,
-        before each of its turns) is answered by one ``stat`` when the journal is as this
-        store knows it, without opening it.
-        """
-        if mode == "seek" and after > 0:
-            known = self._known_by_stat(thread_id)
-            if known is not None and after >= known.metadata.last_sequence:
-                return []
+        """Return events with ``after < sequence < before`` (``mode``: replay or seek)."""
         file, path, state = self._open_known(thread_id)
         with file:
             if after >= state.metadata.last_sequence:
