@@ -19,6 +19,7 @@ from roder_api.events import (
     ModelStepStarted,
     WarningEvent,
 )
+from roder_api.storekit import FollowOn
 from roder_api.threads import ThreadMetadata
 from roder_jsonl_thread_store import JsonlThreadStore
 from roder_runtime.session import _recorder
@@ -278,6 +279,40 @@ async def test_text_that_ends_a_batch_skips_the_gather_pass(
         recorder.record(warning)
         assert (await drain(recorder, 1))[0].event == warning
         assert passes == [0]  # any other event: one pass first
+
+
+async def test_what_a_follow_on_was_offered_and_did_not_journal_goes_in_the_next_batch(
+    jsonl_store: JsonlThreadStore,
+) -> None:
+    """A store call that closes the FollowOn without taking what it was offered (a store
+    without the one-call path: PostgreSQL, one in memory, a wrapper): those events are
+    appended next, in order, not lost."""
+    thread_id = await new_thread(jsonl_store)
+    appended: list[list[Event]] = []
+    recorder: EventRecorder | None = None
+
+    async def append(events: Sequence[Event]) -> list[JournalEvent]:
+        appended.append(list(events))
+        if len(appended) == 1:
+            assert recorder is not None
+            recorder.record(WarningEvent("queued before the store call"))
+            follow_on = FollowOn()
+            assert recorder.follow(follow_on)  # offered what was queued...
+            recorder.record(WarningEvent("recorded during it"))
+            follow_on.close()  # ...and the store took none of it
+        return await jsonl_store.append_events(thread_id, events)
+
+    recorder = EventRecorder(append, event_capacity=64, byte_budget=1 << 20)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(recorder.run)
+        recorder.record(WarningEvent("first"))
+        got = await drain(recorder, 3)
+        recorder.close()
+    said = ["first", "queued before the store call", "recorded during it"]
+    assert [entry.event.message for entry in got] == said  # type: ignore[attr-defined]
+    assert [entry.sequence for entry in got] == [1, 2, 3]
+    assert recorder.failure is None
+    assert [len(batch) for batch in appended] == [1, 2]
 
 
 async def test_large_deltas_pass_whole(jsonl_store: JsonlThreadStore) -> None:

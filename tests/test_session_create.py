@@ -32,6 +32,7 @@ from roder_api.events import (
     TurnAborted,
     TurnComplete,
     TurnStarted,
+    WarningEvent,
 )
 from roder_api.inference import (
     AgentInferenceRequest,
@@ -299,6 +300,37 @@ async def test_what_is_recorded_while_the_thread_is_made_is_journaled_in_its_sto
         first_delta = next(e for e in events if isinstance(e, AssistantContentDelta))
         assert all(first_delta not in batch for batch in appended), appended
         assert session.recorder.batches == 1 + len(appended)
+
+
+async def test_a_store_without_the_follow_on_loses_nothing_offered_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a ``lease_new_thread`` that is not the kit's (a wrapper with the old
+    signature: PostgreSQL's or a test's are alike), what the recorder had queued when the
+    create began, handed to the FollowOn and never taken, is journaled next, in order."""
+    async with make_runtime(tmp_path, SlowFirstEngine()) as runtime:
+        store = await runtime.store()
+        lease_new = store.lease_new_thread
+
+        def old_signature(metadata: ThreadMetadata, events: Sequence[Event], *, owner: str) -> Any:
+            return lease_new(metadata, events, owner=owner)
+
+        monkeypatch.setattr(store, "lease_new_thread", old_signature)
+        async with runtime.start_session("made", create=True) as session:
+            recorder, follow = session.recorder, session.recorder.follow
+            note = WarningEvent("queued as the create began")
+
+            def queued_first(follow_on: Any) -> bool:
+                recorder.record(note)  # recorded after the first batch was taken
+                return follow(follow_on)
+
+            monkeypatch.setattr(recorder, "follow", queued_first)
+            await session.submit(UserInput("hello"))
+            delivered = await events_until(session, TurnComplete)
+        events = await journal(runtime, "made")
+        assert note in events and events.index(note) == 3  # after the turn's first three
+        assert [entry.event for entry in delivered] == events
+        assert isinstance(events[-1], TurnComplete)
 
 
 async def test_input_journaled_elsewhere_on_the_new_thread_is_answered_after_its_first_turn(

@@ -295,8 +295,13 @@ class EventRecorder:
                 entries = await self._append(encoded(batch))
             finally:
                 self._follow = self._followed = None
-            batch += followed
-            if len(entries) != len(batch):
+            # The store journals what a FollowOn took (all it was offered) or none of it (a
+            # store without the one-call path): what it did not take goes next, first.
+            took = len(entries) - len(batch)
+            if took == len(followed) or (took == 0 and followed):
+                self._to_persist.extendleft(reversed(followed[took:]))
+                batch += followed[:took]
+            else:
                 raise RecorderError(
                     f"the store journaled {len(entries)} of {len(batch)} events of a batch"
                 )
