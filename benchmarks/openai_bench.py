@@ -199,16 +199,25 @@ def cpu_s(pid: int) -> float:
 
 
 def alternate(runs: list[Callable[[], float]], n: int) -> list[list[float]]:
-    """Return ``n`` timings of each run, taken in turn after two warm-up rounds, in the
-    order A B, B A, A B, ... (so that neither always goes first): each pair of rows sees
-    the same load and, in a conversation, the same history length."""
+    """Return ``n`` timings of each run, taken in turn after two warm-up rounds: each pair
+    of rows sees the same load and, in a conversation, the same history length.
+
+    Two runs go A B, B A, A B, ... (so that neither always goes first). Three (the
+    baseline D and two servers, an A/B) go D A B, D B A, ...: each server follows the
+    other as often as it follows D, and never itself. (D A B, B A D, ... put A always in
+    the middle and B after B every other round, warm: an A/A run of one roder against
+    itself read 0.1-0.3 ms in B's favour.)"""
     for _ in range(2):
         for run in runs:
             run()
     times: list[list[float]] = [[] for _ in runs]
+    order = list(enumerate(runs))
+    if len(runs) > 2:
+        orders = [order, [order[0], *order[:0:-1]]]
+    else:
+        orders = [order, order[::-1]]
     for round_ in range(n):
-        order = list(enumerate(runs))
-        for index, run in order if round_ % 2 == 0 else order[::-1]:
+        for index, run in orders[round_ % 2]:
             times[index].append(run())
     return times
 
@@ -291,9 +300,9 @@ def measure_against(
     n: int, against: Sequence[str], command: Sequence[str] = (), *, conversation: bool = False
 ) -> dict[str, Any]:
     """A/B two roders on one llm-katan, a new conversation per response: ``against`` (A)
-    and ``command`` (B, default the installed roder), requests interleaved direct, A, B
-    (A and B in turn first); return each one's added p50 and the paired median of B - A,
-    which the machine's drift (minutes apart) does not move as it moves two runs.
+    and ``command`` (B, default the installed roder), requests interleaved D A B, D B A,
+    ... (see :func:`alternate`); return each one's added p50 and the paired median of
+    B - A, which the machine's drift (minutes apart) does not move as it moves two runs.
 
     ``conversation``: each server answers one conversation instead, turn after turn (the
     direct client sends the same growing history, as in :func:`measure`)."""
@@ -314,7 +323,7 @@ def measure_against(
                     (lambda: roder_ttft(first, conv_a)),
                     (lambda: roder_ttft(second, conv_b)),
                 )
-                d_times, a_times, b_times = alternate([base, a, b], n)  # A B, then B A, ...
+                d_times, a_times, b_times = alternate([base, a, b], n)  # D A B, then D B A, ...
             finally:
                 for proc in (roder_a, roder_b):
                     proc.terminate()
