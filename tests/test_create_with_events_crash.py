@@ -5,8 +5,9 @@ A real child process creates threads with three events each, one after another, 
 each id once its create returned; the parent kills it (SIGKILL) at a random point, then
 opens the store and reads every thread there is (JSONL: every journal file, listed or not).
 The same for a new thread made under its lease with two events following in the same
-worker call (``BlockingThreadStore.lease_new_thread``'s ``follow_on``): a thread holds its
-three first events or all five, never four.
+worker call (``BlockingThreadStore.lease_new_thread``'s ``follow_on``), offered every other
+thread while it is made (JSONL: written once the journal is linked) and else as the call
+finishes (an append): a thread holds its three first events or all five, never four.
 """
 
 from __future__ import annotations
@@ -39,28 +40,42 @@ from roder_sqlite_thread_store import SqliteThreadStoreFactory
 
 from roder_api.storekit import FollowOn
 
+class Offering(FollowOn):
+    # Offers two events as the event loop would meanwhile: "early", when the store takes
+    # while it makes the thread (JSONL: once the journal is linked, before its directory is
+    # synced); else, or where no store takes then, as the worker call finishes (an append).
+    def __init__(self, early):
+        super().__init__()
+        self.early, self.takes, self.offered = early, 0, False
+
+    def _offer(self):
+        if not self.offered:
+            self.offered = True
+            for text in ("followed 1", "followed 2"):
+                self.offer(ItemCompleted("t", UserMessage(text * 40)))
+
+    def take(self):
+        self.takes += 1
+        if self.takes == 2 and self.early:
+            self._offer()
+        return super().take()
+
+    def close(self):
+        self._offer()
+        return super().close()
+
 async def main(kind, path, mode):
     factory = (JsonlThreadStoreFactory(base_path=Path(path)) if kind == "jsonl"
                else SqliteThreadStoreFactory(path=path))
     store = await factory.open()
-    create = store.create_with_events_sync
     following = []
-
-    def create_then_offer(metadata, events, payloads):
-        made = create(metadata, events, payloads)
-        for text in ("followed 1", "followed 2"):  # as the event loop would, meanwhile
-            following[-1].offer(ItemCompleted("t", UserMessage(text * 40)))
-        return made
-
-    store.create_with_events_sync = create_then_offer
     for i in range(100000):
         thread_id = f"made{i}"
         first = [TurnStarted("t"), ItemCompleted("t", UserMessage("hello " * 50)),
                  TurnComplete("t")]
         metadata = ThreadMetadata(thread_id, 1, 1)
-        following.append(FollowOn())
+        following.append(Offering(early=i % 2 == 0))
         if mode == "create":
-            following[-1].close()
             await store.create_thread_with_events(metadata, first)
         else:
             async with store.lease_new_thread(

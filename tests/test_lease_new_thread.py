@@ -7,12 +7,14 @@ worker thread and back), where taking the lease first was a call of its own. Rea
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from roder_api.errors import ThreadBusyError
+from roder_api.errors import StoreError, ThreadBusyError
 from roder_api.events import ItemCompleted
 from roder_api.storekit import BlockingThreadStore, FollowOn
 from roder_api.threads import ThreadMetadata
@@ -74,16 +76,16 @@ async def test_events_offered_to_the_follow_on_are_journaled_in_the_same_worker_
     """What came before the worker started joins the create's write; what came while it
     made the thread is one append after it, in the same call; then offers are refused."""
     calls = worker_calls(monkeypatch, store)
-    create = store.create_with_events_sync
+    create = store.create_with_follow_on_sync
     made_with: list[int] = []
 
-    def create_then_offer(metadata: ThreadMetadata, events: Any, payloads: Any) -> Any:
+    def create_then_offer(metadata: ThreadMetadata, events: Any, payloads: Any, f: Any) -> Any:
         made_with.append(len(events))
-        made = create(metadata, events, payloads)
+        made = create(metadata, events, payloads, f)
         assert follow_on.offer(_said("while made"))  # as the event loop would, meanwhile
         return made
 
-    monkeypatch.setattr(store, "create_with_events_sync", create_then_offer)
+    monkeypatch.setattr(store, "create_with_follow_on_sync", create_then_offer)
     follow_on = FollowOn()
     assert follow_on.offer(_said("before"))
     first = [_said("first")]
@@ -104,17 +106,17 @@ async def test_events_offered_to_the_follow_on_are_journaled_in_the_same_worker_
 async def test_a_failed_follow_on_append_leaves_the_thread_and_its_lease(
     store: BlockingThreadStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    create = store.create_with_events_sync
+    create = store.create_with_follow_on_sync
 
-    def create_then_offer(metadata: ThreadMetadata, events: Any, payloads: Any) -> Any:
-        made = create(metadata, events, payloads)
+    def create_then_offer(metadata: ThreadMetadata, events: Any, payloads: Any, f: Any) -> Any:
+        made = create(metadata, events, payloads, f)
         assert follow_on.offer(_said("while made"))
         return made
 
     def failing_append(*args: Any) -> Any:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(store, "create_with_events_sync", create_then_offer)
+    monkeypatch.setattr(store, "create_with_follow_on_sync", create_then_offer)
     monkeypatch.setattr(store, "append_sync", failing_append)
     follow_on = FollowOn()
     metadata = ThreadMetadata("made", 1, 1)
@@ -146,4 +148,111 @@ async def test_without_the_one_call_path_the_follow_on_takes_nothing(
         assert [entry.sequence for entry in made.entries] == [1]
         assert not follow_on.offer(_said("later"))
     assert (await store.get_thread("made")).last_sequence == 1
+    await store.aclose()
+
+
+class OfferedWhileMade(FollowOn):
+    """Offers ``texts`` as the event loop would while the thread is made: when the store
+    takes a second time (the first is the kit's, as the worker call starts)."""
+
+    def __init__(self, *texts: str) -> None:
+        super().__init__()
+        self.texts, self.takes = texts, 0
+
+    def take(self) -> Any:
+        self.takes += 1
+        if self.takes == 2:
+            for text in self.texts:
+                assert self.offer(_said(text))
+        return super().take()
+
+
+def synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Return the list every file and directory sync from now on goes in, in order (its
+    kind and the name it has then; Linux)."""
+    import roder_jsonl_thread_store._core as core
+
+    order: list[str] = []
+    for owner, name in ((os, "fsync"), (os, "fdatasync"), (core, "datasync")):
+        real = getattr(owner, name)
+
+        def sync(fd: int, real: Any = real) -> None:
+            kind = "dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"
+            order.append(f"{kind} {os.path.basename(os.readlink(f'/proc/self/fd/{fd}'))}")
+            real(fd)
+
+        monkeypatch.setattr(owner, name, sync)
+    return order
+
+
+async def test_jsonl_journals_what_came_while_the_journal_was_made_in_the_create(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What is offered once the new journal is linked is written then and synced with it,
+    before the directory is: no append of its own after the create (one filesystem journal
+    commit fewer on the way to a new conversation's first token)."""
+    store = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
+    assert isinstance(store, BlockingThreadStore)
+
+    def no_append(*args: Any) -> Any:
+        raise AssertionError("appended after the create")
+
+    monkeypatch.setattr(store, "append_sync", no_append)
+    follow_on = OfferedWhileMade("while made 1", "while made 2")
+    order = synced(monkeypatch)
+    metadata = ThreadMetadata("made", 1, 1)
+    async with store.lease_new_thread(
+        metadata, [_said("first")], owner="me", follow_on=follow_on
+    ) as made:
+        assert follow_on.takes == 2 and follow_on.error is None
+        texts = [entry.event.item.text for entry in made.entries]  # type: ignore[attr-defined]
+        assert texts == ["first", "while made 1", "while made 2"]
+        assert [entry.sequence for entry in made.entries] == [1, 2, 3]
+        # The new file with its first line, then it with what followed (the same file, by
+        # the name it was made with), then the directory its name is in.
+        mine = [name.split(".")[0] for name in order if name.startswith(("file made.", "dir th"))]
+        assert mine == ["file made", "file made", "dir threads"], order
+    monkeypatch.undo()
+    assert [entry.event for entry in await store.read_events("made")] == [
+        entry.event for entry in made.entries
+    ]
+    assert (await store.get_thread("made")).last_sequence == 3
+    # The next append goes on from there.
+    await store.append_events("made", [_said("next")])
+    assert [entry.sequence for entry in await store.read_events("made")] == [1, 2, 3, 4]
+    await store.aclose()
+
+
+async def test_jsonl_a_failed_write_of_what_followed_leaves_the_thread_as_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await JsonlThreadStoreFactory(base_path=tmp_path / "threads").open()
+    assert isinstance(store, BlockingThreadStore)
+    import roder_jsonl_thread_store._store as jsonl_store
+
+    real_write = jsonl_store.write_all
+
+    def torn_write(fd: int, data: bytes) -> None:
+        real_write(fd, data[: len(data) // 2])  # a part lands, then the disk is full
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(jsonl_store, "write_all", torn_write)
+    follow_on = OfferedWhileMade("while made")
+    metadata = ThreadMetadata("made", 1, 1)
+    async with store.lease_new_thread(
+        metadata, [_said("first")], owner="me", follow_on=follow_on
+    ) as made:
+        assert isinstance(follow_on.error, StoreError)
+        assert "No space left on device" in str(follow_on.error)
+        assert [entry.sequence for entry in made.entries] == [1]
+        assert not follow_on.offer(_said("later"))  # refused: the rest goes after, or not
+        with pytest.raises(ThreadBusyError):  # the lease is held all the same
+            async with store.lease("made", owner="other"):
+                pass
+    monkeypatch.undo()
+    # Cut back: no torn line behind the first events, and the journal goes on.
+    assert [entry.sequence for entry in await store.read_events("made")] == [1]
+    assert (await store.check_thread("made")).ok
+    await store.append_events("made", [_said("next")])
+    assert [entry.sequence for entry in await store.read_events("made")] == [1, 2]
     await store.aclose()

@@ -273,15 +273,15 @@ async def test_what_is_recorded_while_the_thread_is_made_is_journaled_in_its_sto
         store = await runtime.store()
         assert isinstance(store, JsonlThreadStore)
         release = threading.Event()
-        create = store.create_with_events_sync
+        create = store.create_with_follow_on_sync
         made_with: list[int] = []
 
-        def slow_create(metadata: ThreadMetadata, events: Any, payloads: Any) -> Any:
+        def slow_create(metadata: ThreadMetadata, events: Any, payloads: Any, f: Any) -> Any:
             release.wait(10)  # in the worker thread, after the lease
             made_with.append(len(events))
-            return create(metadata, events, payloads)
+            return create(metadata, events, payloads, f)
 
-        monkeypatch.setattr(store, "create_with_events_sync", slow_create)
+        monkeypatch.setattr(store, "create_with_follow_on_sync", slow_create)
         appended = appends_of(monkeypatch, store)
         with anyio.fail_after(20):
             async with runtime.start_session("made", create=True) as session:

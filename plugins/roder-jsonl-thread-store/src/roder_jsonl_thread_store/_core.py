@@ -1,4 +1,5 @@
-"""What the reader, the writer and fsck of one JSONL store share: paths, caches, the index.
+"""What the reader, the writer and fsck of one JSONL store share: paths, caches, the index,
+the quarantine of a torn tail.
 
 Layout under ``base_path``::
 
@@ -410,3 +411,39 @@ class _StateRow:
         if not state.describes(st):
             return None
         return self._core.row(self.thread_id, state).values()
+
+
+def quarantine_path(journal: Path) -> Path:
+    """Return a new quarantine file name next to ``journal`` (``<journal>.quarantine-<ms>``)."""
+    base = journal.with_name(journal.name + QUARANTINE_INFIX + str(now_ms()))
+    candidate, n = base, 0
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
+
+
+def quarantine_tail(path: Path, quarantine: Path, offset: int) -> int:
+    """Copy the journal from ``offset`` into ``quarantine`` (synced), then cut it there.
+
+    Never loses a byte: the copy and its directory entry are durable before the cut.
+    """
+    moved = 0
+    with open(path, "rb") as source, open(quarantine, "xb") as target:
+        source.seek(offset)
+        while True:
+            chunk = source.read(1 << 20)
+            if not chunk:
+                break
+            target.write(chunk)
+            moved += len(chunk)
+        target.flush()
+        os.fsync(target.fileno())
+    fsync_dir(path.parent)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, offset)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return moved

@@ -17,7 +17,7 @@ from typing import Any
 from roder_api.codec import from_dict, loads_json
 from roder_api.errors import ThreadNotFoundError
 from roder_api.storekit import CheckReport, RepairReport
-from roder_jsonl_thread_store._core import StoreCore, log
+from roder_jsonl_thread_store._core import StoreCore, log, quarantine_path, quarantine_tail
 from roder_jsonl_thread_store._index import IndexRow, IndexUnavailable
 from roder_jsonl_thread_store._journal import (
     NEWER_VERSION,
@@ -29,7 +29,7 @@ from roder_jsonl_thread_store._journal import (
 )
 from roder_jsonl_thread_store._locks import ProcessLock
 from roder_jsonl_thread_store._reader import JournalReader
-from roder_jsonl_thread_store._writer import JournalWriter, quarantine_path, quarantine_tail
+from roder_jsonl_thread_store._writer import JournalWriter
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,13 +32,14 @@ from roder_api.inference import TokenUsage
 from roder_api.storekit import WorkerCall, check_expected, open_close_on_fork, start_in_worker
 from roder_api.threads import ThreadMetadata, validate_thread_id
 from roder_jsonl_thread_store._core import (
-    QUARANTINE_INFIX,
     StoreCore,
     datasync,
     disk_hint,
     fsync_dir,
     log,
     now_ms,
+    quarantine_path,
+    quarantine_tail,
     write_all,
 )
 from roder_jsonl_thread_store._format import (
@@ -107,42 +108,6 @@ class _Held:
     after: JournalState | None = None
     data: bytes = b""
     error: BaseException | None = None
-
-
-def quarantine_path(journal: Path) -> Path:
-    """Return a new quarantine file name next to ``journal`` (``<journal>.quarantine-<ms>``)."""
-    base = journal.with_name(journal.name + QUARANTINE_INFIX + str(now_ms()))
-    candidate, n = base, 0
-    while candidate.exists():
-        n += 1
-        candidate = base.with_name(f"{base.name}-{n}")
-    return candidate
-
-
-def quarantine_tail(path: Path, quarantine: Path, offset: int) -> int:
-    """Copy the journal from ``offset`` into ``quarantine`` (synced), then cut it there.
-
-    Never loses a byte: the copy and its directory entry are durable before the cut.
-    """
-    moved = 0
-    with open(path, "rb") as source, open(quarantine, "xb") as target:
-        source.seek(offset)
-        while True:
-            chunk = source.read(1 << 20)
-            if not chunk:
-                break
-            target.write(chunk)
-            moved += len(chunk)
-        target.flush()
-        os.fsync(target.fileno())
-    fsync_dir(path.parent)
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.ftruncate(fd, offset)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return moved
 
 
 class JournalWriter:
@@ -402,7 +367,12 @@ class JournalWriter:
 
     # --- creating and deleting ------------------------------------------------------------
 
-    def create(self, metadata: ThreadMetadata, first: Commit | None = None) -> ThreadMetadata:
+    def create(
+        self,
+        metadata: ThreadMetadata,
+        first: Commit | None = None,
+        follow: Callable[[int, JournalState], JournalState] | None = None,
+    ) -> ThreadMetadata:
         """Create a thread's journal atomically, with its metadata as the first line (and
         the lines of ``first``, an events commit, after it: in the same write and sync).
 
@@ -419,7 +389,10 @@ class JournalWriter:
         The new file is locked before it is linked, and this holds the threads directory
         shared (see ``_locks``) until the journal is durable: a writer in another process
         waits for that, and nobody excluding writers of a missing journal sees one appear.
-        No lock file is made: the only file created is the journal.
+        No lock file is made: the only file created is the journal. ``follow`` writes more
+        once the journal is linked (its descriptor, the state; it returns the new state):
+        one sync of the file then makes that and the new name durable together on ext4,
+        where the directory's sync after it finds nothing left to write.
         """
         core = self.core
         self.reader.ensure_ready()
@@ -449,6 +422,8 @@ class JournalWriter:
                 st = os.fstat(fd)
                 state.inode = st.st_ino
                 os.link(tmp, path)
+                if follow is not None:
+                    state = follow(fd, state)
             except FileExistsError:
                 raise ThreadExistsError(thread_id) from None
             except OSError as exc:

@@ -169,6 +169,20 @@ class BlockingThreadStore(ThreadStore):
         self.create_sync(metadata)
         return self.append_sync(metadata.thread_id, events, payloads, None)
 
+    def create_with_follow_on_sync(
+        self,
+        metadata: ThreadMetadata,
+        events: Sequence[Event],
+        payloads: Sequence[bytes],
+        follow_on: FollowOn,
+    ) -> list[JournalEvent]:
+        """:meth:`create_with_events_sync` in :meth:`lease_new_thread`'s worker call: a
+        store may also journal, in the create's own syncs, what ``follow_on`` is offered
+        meanwhile (``take``, never ``close``; its entries after ``events``'), as the JSONL
+        store does once the journal is linked, before its directory's sync. The default
+        journals none of it: the kit appends what came once this returns."""
+        return self.create_with_events_sync(metadata, events, payloads)
+
     @abstractmethod
     def get_sync(self, thread_id: str) -> ThreadMetadata:
         """Return the thread's metadata (``ThreadNotFoundError`` when absent)."""
@@ -319,12 +333,11 @@ class BlockingThreadStore(ThreadStore):
         :meth:`ThreadStore.lease_new_thread`): with :meth:`file_leases`, both in one worker
         call (one hand-off to a worker thread and back, where two took two).
 
-        ``follow_on`` (that one-call path only; closed at once otherwise): the events
-        offered to it until the create is done are journaled in the same worker call, after
-        ``events`` (those offered before it starts join the create's write, later ones one
-        append after it), and are in ``LeasedThread.entries``; it is closed before the call
-        returns. When that last append fails, ``follow_on.error`` says why: the lease and
-        the thread with what it was made with stand.
+        ``follow_on`` (that one-call path only; closed at once otherwise): what is offered
+        to it until the create is done is journaled in the same worker call, after
+        ``events`` (see :meth:`create_with_follow_on_sync`, ``FollowOn.finish``), and is in
+        ``LeasedThread.entries``; it is closed before the call returns. When that fails,
+        ``follow_on.error`` says why: the lease and the thread as made stand.
         """
         leases = self.file_leases()
         if leases is None or not events:
@@ -349,22 +362,19 @@ class BlockingThreadStore(ThreadStore):
         def lease_and_create() -> tuple[int, list[JournalEvent]]:
             fd = leases.acquire_sync(thread_id, holder)
             try:
-                made, bytes_ = list(events), list(payloads)
-                if follow_on is not None:
+                if follow_on is None:
+                    entries = self.create_with_events_sync(metadata, events, payloads)
+                else:
                     more, more_bytes = follow_on.take()  # they join the create's write
-                    made += more
-                    bytes_ += more_bytes
-                entries = self.create_with_events_sync(metadata, made, bytes_)
+                    made, bytes_ = [*events, *more], [*payloads, *more_bytes]
+                    entries = self.create_with_follow_on_sync(metadata, made, bytes_, follow_on)
             except BaseException:
                 leases.release_sync(fd)
                 raise
             if follow_on is not None:
-                later, later_bytes = follow_on.close()
-                if later:
-                    try:
-                        entries += self.append_sync(thread_id, later, later_bytes, None)
-                    except Exception as exc:  # noqa: BLE001 - the caller learns it from error
-                        follow_on.error = exc
+                entries += follow_on.finish(
+                    lambda later, data: self.append_sync(thread_id, later, data, None)
+                )
             return fd, entries
 
         try:

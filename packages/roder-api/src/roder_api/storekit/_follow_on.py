@@ -5,8 +5,10 @@ first output often comes while that create is still with a worker thread. Append
 after the create returns costs a second hand-off to a worker and back, on the path to the
 first streamed token. A :class:`FollowOn` lets the event loop offer events to the store
 call in flight: the worker takes what was offered when it starts (those join the create's
-own write) and again when the create is done (one more append in the same worker call),
-and from then on refuses offers, so they go the usual way, after it.
+own write), a store may take more while it makes the thread (the JSONL store: once the
+journal is linked, synced before its directory is), and the worker takes the rest when
+the create is done (one more append in the same worker call, :meth:`FollowOn.finish`);
+from then on offers are refused, so they go the usual way, after it.
 
 Offers are taken in order and never split: an event is either in the store call's result
 (``LeasedThread.entries``, after the first events) or refused. The object is thread-safe
@@ -16,9 +18,10 @@ Offers are taken in order and never split: an event is either in the store call'
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from roder_api.codec import dumps
-from roder_api.events import Event
+from roder_api.events import Event, JournalEvent
 
 
 class FollowOn:
@@ -70,6 +73,22 @@ class FollowOn:
             events, self._events = self._events, []
             payloads, self._payloads = self._payloads, []
         return events, payloads
+
+    def finish(
+        self, append: Callable[[list[Event], list[bytes]], list[JournalEvent]]
+    ) -> list[JournalEvent]:
+        """:meth:`close`, then journal what was not yet taken with ``append`` (the store's
+        own append, in the same worker call); return its entries. None are journaled when
+        none came, or when ``error`` is already set (the rest is refused: it goes after,
+        or not at all). A failure of ``append`` is kept in ``error``, not raised."""
+        events, payloads = self.close()
+        if not events or self.error is not None:
+            return []
+        try:
+            return append(events, payloads)
+        except Exception as exc:  # noqa: BLE001 - the caller learns it from error
+            self.error = exc
+            return []
 
 
 __all__ = ["FollowOn"]
