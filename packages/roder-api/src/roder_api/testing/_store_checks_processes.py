@@ -22,7 +22,7 @@ import pytest
 
 from roder_api.errors import InvalidThreadIdError, StoreError, ThreadBusyError, ThreadExistsError
 from roder_api.events import Event
-from roder_api.storekit import turns_from_events
+from roder_api.storekit import BlockingThreadStore, FollowOn, turns_from_events
 from roder_api.testing._kit_support import (
     event_bytes,
     make_metadata,
@@ -194,6 +194,43 @@ class ProcessChecks(StoreKitBase):
             assert await store.read_events(meta.thread_id) == made.entries
         finally:
             await other.aclose()
+
+    async def test_lease_new_thread_with_a_follow_on(self, thread_store: ThreadStore) -> None:
+        """The store kit's ``lease_new_thread(follow_on=...)``: of what is offered while the
+        worker call runs (at each ``take`` and at the ``close``), what the entries hold
+        follows the first events in order, each once, as journaled; the rest was refused
+        (an override of ``create_with_follow_on_sync`` included)."""
+        if not isinstance(thread_store, BlockingThreadStore):
+            pytest.skip("not a store kit store (BlockingThreadStore): no follow_on")
+        offered: list[Event] = []
+
+        class Offering(FollowOn):
+            def _add(self) -> None:  # as the event loop would, while the call runs
+                event = user_item(f"offered {len(offered)}", "t1")
+                if self.offer(event):
+                    offered.append(event)
+
+            def take(self) -> tuple[list[Event], list[bytes]]:
+                self._add()
+                return super().take()
+
+            def close(self) -> tuple[list[Event], list[bytes]]:
+                self._add()
+                return super().close()
+
+        follow_on = Offering()
+        meta = make_metadata()
+        first: list[Event] = [user_item("hello", "t1")]
+        async with thread_store.lease_new_thread(
+            meta, first, owner="kit-maker", follow_on=follow_on
+        ) as made:
+            assert follow_on.error is None, follow_on.error
+            assert not follow_on.open, "the follow_on was left open"
+            events = [entry.event for entry in made.entries]
+            assert events[:1] == first
+            assert events[1:] == offered[: len(events) - 1], "not what was offered, in order"
+            assert [entry.sequence for entry in made.entries] == list(range(1, len(events) + 1))
+            assert await thread_store.read_events(meta.thread_id) == made.entries
 
     async def test_lease_new_thread_across_processes(
         self, thread_store: ThreadStore, thread_store_factory: ThreadStoreFactory, tmp_path: Path
