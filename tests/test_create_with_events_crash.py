@@ -7,7 +7,9 @@ opens the store and reads every thread there is (JSONL: every journal file, list
 The same for a new thread made under its lease with two events following in the same
 worker call (``BlockingThreadStore.lease_new_thread``'s ``follow_on``), offered every other
 thread while it is made (JSONL: written once the journal is linked) and else as the call
-finishes (an append): a thread holds its three first events or all five, never four.
+finishes (an append): a thread holds its three first events or all five, never four. And
+JSONL killed at two set points inside that create, once its journal is linked: before
+what followed is written, and after (before its sync).
 """
 
 from __future__ import annotations
@@ -169,3 +171,85 @@ def test_a_killed_create_with_a_follow_on_leaves_its_first_events_or_all(
         between += sum(n == 3 for n in counts.values())
     # Not an assertion on luck: say what the kills covered.
     print(f"{kind}: {between} of 6 kills landed between a create and what followed it")
+
+
+KILLED_INSIDE = r"""
+import os, signal, sys, anyio
+from pathlib import Path
+from roder_api.events import ItemCompleted, TurnComplete, TurnStarted
+from roder_api.storekit import FollowOn
+from roder_api.threads import ThreadMetadata
+from roder_api.transcript import UserMessage
+from roder_jsonl_thread_store import JsonlThreadStoreFactory
+import roder_jsonl_thread_store._store as jsonl_store
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+class Offering(FollowOn):
+    # Offers two events when the store takes while it makes the thread (once the journal
+    # is linked); with "linked" the process dies right there, before they are written.
+    def __init__(self):
+        super().__init__()
+        self.takes = 0
+
+    def take(self):
+        self.takes += 1
+        if self.takes == 2:
+            for text in ("followed 1", "followed 2"):
+                self.offer(ItemCompleted("t", UserMessage(text)))
+            if sys.argv[2] == "linked":
+                die()
+        return super().take()
+
+real_write = jsonl_store.write_all
+
+def write_then_die(fd, data):  # "written": dies once they are written, before the sync
+    real_write(fd, data)
+    die()
+
+async def main(path):
+    store = await JsonlThreadStoreFactory(base_path=Path(path)).open()
+    if sys.argv[2] == "written":
+        jsonl_store.write_all = write_then_die
+    first = [TurnStarted("t"), ItemCompleted("t", UserMessage("hello")), TurnComplete("t")]
+    async with store.lease_new_thread(
+        ThreadMetadata("made", 1, 1), first, owner="child", follow_on=Offering()
+    ):
+        print("returned", flush=True)
+
+anyio.run(main, sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize(("moment", "events"), [("linked", 3), ("written", 5)])
+def test_a_kill_inside_the_create_once_its_journal_is_linked(
+    tmp_path: Path, moment: str, events: int
+) -> None:
+    """JSONL: SIGKILL inside the create, after the new journal is linked and before its
+    directory is synced: before what followed was written (the thread holds its three first
+    events) or after (all five, unsynced, in the page cache a killed process leaves). Either
+    way the journal is whole (fsck finds nothing), its lease free, and it goes on."""
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_INSIDE, str(tmp_path), moment],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert "returned" not in child.stdout  # it died inside the create
+
+    async def check() -> None:
+        from roder_api.events import ItemCompleted
+        from roder_api.transcript import UserMessage
+
+        async with await JsonlThreadStoreFactory(base_path=tmp_path).open() as store:
+            assert await store.journal_ids() == ["made"]
+            assert len(await store.read_events("made")) == events
+            assert (await store.check_thread("made")).ok
+            async with store.lease("made", owner="after"):  # the dead holder's is free
+                await store.append_events("made", [ItemCompleted("t2", UserMessage("on"))])
+            sequences = [entry.sequence for entry in await store.read_events("made")]
+            assert sequences == list(range(1, events + 2))
+
+    anyio.run(check)
