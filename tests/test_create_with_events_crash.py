@@ -181,7 +181,7 @@ from roder_api.storekit import FollowOn
 from roder_api.threads import ThreadMetadata
 from roder_api.transcript import UserMessage
 from roder_jsonl_thread_store import JsonlThreadStoreFactory
-import roder_jsonl_thread_store._store as jsonl_store
+import roder_jsonl_thread_store._writer as jsonl_writer
 
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
@@ -200,18 +200,21 @@ class Offering(FollowOn):
                 self.offer(ItemCompleted("t", UserMessage(text)))
             if sys.argv[2] == "linked":
                 die()
+            taken.append(True)
         return super().take()
 
-real_write = jsonl_store.write_all
+real_write = jsonl_writer.write_all
+taken = []
 
 def write_then_die(fd, data):  # "written": dies once they are written, before the sync
     real_write(fd, data)
-    die()
+    if taken:
+        die()
 
 async def main(path):
     store = await JsonlThreadStoreFactory(base_path=Path(path)).open()
     if sys.argv[2] == "written":
-        jsonl_store.write_all = write_then_die
+        jsonl_writer.write_all = write_then_die
     first = [TurnStarted("t"), ItemCompleted("t", UserMessage("hello")), TurnComplete("t")]
     async with store.lease_new_thread(
         ThreadMetadata("made", 1, 1), first, owner="child", follow_on=Offering()

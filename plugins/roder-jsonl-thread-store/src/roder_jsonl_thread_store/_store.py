@@ -8,7 +8,6 @@ GroupCommit`. The file layout is described in ``_core``, the line format in ``_f
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -40,12 +39,9 @@ from roder_jsonl_thread_store._core import (
     JOURNAL_SUFFIX,
     QUARANTINE_INFIX,
     StoreCore,
-    disk_hint,
     fsync_dir,
-    write_all,
 )
 from roder_jsonl_thread_store._format import events_list
-from roder_jsonl_thread_store._journal import JournalState, copy_state
 from roder_jsonl_thread_store._reader import JournalReader
 from roder_jsonl_thread_store._writer import SYNC_WORKERS, Commit, JournalWriter
 
@@ -196,10 +192,7 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
     ) -> list[JournalEvent]:
         """Create the journal with the events after its first line: one write, one sync of
         the file and one of its directory (a crash leaves all of it or nothing)."""
-        commit = self._writer.events_commit(metadata.thread_id, events_list(payloads), list(events))
-        self._writer.create(metadata, commit)
-        entries: list[JournalEvent] = commit.result
-        return entries
+        return self._create(metadata, events, payloads, None)
 
     def create_with_follow_on_sync(
         self,
@@ -209,36 +202,21 @@ class JsonlThreadStore(BlockingThreadStore, RepairableThreadStore):
         follow_on: FollowOn,
     ) -> list[JournalEvent]:
         """Create the journal with ``events``, and write what ``follow_on`` was offered
-        meanwhile once it is linked: synced before the directory is, rather than after the
-        create in an append of its own (one journal commit of the filesystem fewer on the
-        way to a new conversation's first streamed token). When that write fails the
-        journal is cut back to ``events`` and ``follow_on.error`` says why; the thread
-        stands."""
-        thread_id = metadata.thread_id
-        commit = self._writer.events_commit(thread_id, events_list(payloads), list(events))
+        meanwhile once it is linked, synced before the directory is (``JournalWriter.
+        create``), rather than after the create in an append of its own. When that write
+        fails the journal is cut back to ``events`` and ``follow_on.error`` says why; the
+        thread stands."""
+        return self._create(metadata, events, payloads, follow_on)
 
-        def follow(fd: int, state: JournalState) -> JournalState:
-            later, later_payloads = follow_on.take()
-            if not later:
-                return state
-            more = self._writer.events_commit(thread_id, events_list(later_payloads), later)
-            work = copy_state(state)
-            try:
-                write_all(fd, more.build(work))
-                self._core.sync(fd)
-            except OSError as exc:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, state.size)
-                follow_on.error = StoreError(
-                    f"could not append to {self._core.journal_path(thread_id)}: "
-                    f"{exc.strerror or exc}; the thread was made without what followed its "
-                    f"first events{disk_hint(exc)}"
-                )
-                return state
-            commit.result += more.result
-            return work
-
-        self._writer.create(metadata, commit, follow)
+    def _create(
+        self,
+        metadata: ThreadMetadata,
+        events: Sequence[Event],
+        payloads: Sequence[bytes],
+        follow_on: FollowOn | None,
+    ) -> list[JournalEvent]:
+        commit = self._writer.events_commit(metadata.thread_id, events_list(payloads), list(events))
+        self._writer.create(metadata, commit, follow_on)
         entries: list[JournalEvent] = commit.result
         return entries
 

@@ -29,7 +29,13 @@ from roder_api.errors import (
 )
 from roder_api.events import Event, JournalEvent
 from roder_api.inference import TokenUsage
-from roder_api.storekit import WorkerCall, check_expected, open_close_on_fork, start_in_worker
+from roder_api.storekit import (
+    FollowOn,
+    WorkerCall,
+    check_expected,
+    open_close_on_fork,
+    start_in_worker,
+)
 from roder_api.threads import ThreadMetadata, validate_thread_id
 from roder_jsonl_thread_store._core import (
     StoreCore,
@@ -281,17 +287,41 @@ class JournalWriter:
 
     def _undo(self, entry: _Held, exc: OSError) -> None:
         """Leave no partial batch behind after a failed write or sync."""
-        assert entry.before is not None
-        self.core.states.pop(entry.thread_id, None)
-        if entry.fd is not None:
-            try:
-                os.ftruncate(entry.fd, entry.before.size)
-            except OSError:
-                pass  # the next writer moves the torn tail to quarantine anyway
-        entry.error = StoreError(
-            f"could not append to {self.core.journal_path(entry.thread_id)}: "
+        assert entry.before is not None and entry.fd is not None
+        entry.error = self._cut_back(entry.thread_id, entry.fd, entry.before.size, exc)
+
+    def _cut_back(self, thread_id: str, fd: int, size: int, exc: OSError) -> StoreError:
+        """Cut a journal back to ``size`` after a failed write or sync of a batch; return
+        the error its callers get."""
+        self.core.states.pop(thread_id, None)
+        try:
+            os.ftruncate(fd, size)
+        except OSError:
+            pass  # the next writer moves the torn tail to quarantine anyway
+        return StoreError(
+            f"could not append to {self.core.journal_path(thread_id)}: "
             f"{exc.strerror or exc}; nothing of this batch was stored{disk_hint(exc)}"
         )
+
+    def _follow(
+        self, fd: int, state: JournalState, first: Commit, follow_on: FollowOn
+    ) -> JournalState:
+        """Write and sync what ``follow_on`` holds after a new journal's first lines (see
+        :meth:`create`); return the state after them, their entries added to ``first``'s.
+        A failed write or sync is cut back and ``follow_on.error`` says why."""
+        events, payloads = follow_on.take()
+        if not events:
+            return state
+        more = self.events_commit(state.metadata.thread_id, events_list(payloads), events)
+        work = copy_state(state)
+        try:
+            write_all(fd, more.build(work))
+            self.core.sync(fd)
+        except OSError as exc:
+            follow_on.error = self._cut_back(state.metadata.thread_id, fd, state.size, exc)
+            return state
+        first.result += more.result
+        return work
 
     # --- the commits ----------------------------------------------------------------------
 
@@ -371,7 +401,7 @@ class JournalWriter:
         self,
         metadata: ThreadMetadata,
         first: Commit | None = None,
-        follow: Callable[[int, JournalState], JournalState] | None = None,
+        follow_on: FollowOn | None = None,
     ) -> ThreadMetadata:
         """Create a thread's journal atomically, with its metadata as the first line (and
         the lines of ``first``, an events commit, after it: in the same write and sync).
@@ -389,10 +419,10 @@ class JournalWriter:
         The new file is locked before it is linked, and this holds the threads directory
         shared (see ``_locks``) until the journal is durable: a writer in another process
         waits for that, and nobody excluding writers of a missing journal sees one appear.
-        No lock file is made: the only file created is the journal. ``follow`` writes more
-        once the journal is linked (its descriptor, the state; it returns the new state):
-        one sync of the file then makes that and the new name durable together on ext4,
-        where the directory's sync after it finds nothing left to write.
+        No lock file is made: the only file created is the journal. What ``follow_on``
+        holds once the journal is linked is written after ``first``'s lines and the file
+        synced again (:meth:`_follow`), before the directory: on ext4 that sync makes the
+        new name durable too, and the directory's sync after it finds little left to do.
         """
         core = self.core
         self.reader.ensure_ready()
@@ -422,8 +452,8 @@ class JournalWriter:
                 st = os.fstat(fd)
                 state.inode = st.st_ino
                 os.link(tmp, path)
-                if follow is not None:
-                    state = follow(fd, state)
+                if follow_on is not None and first is not None:
+                    state = self._follow(fd, state, first, follow_on)
             except FileExistsError:
                 raise ThreadExistsError(thread_id) from None
             except OSError as exc:
