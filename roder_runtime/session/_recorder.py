@@ -298,7 +298,7 @@ class EventRecorder:
             # The store journals what a FollowOn took (all it was offered) or none of it (a
             # store without the one-call path): what it did not take goes next, first.
             took = len(entries) - len(batch)
-            if took == len(followed) or (took == 0 and followed):
+            if took in (0, len(followed)):
                 self._to_persist.extendleft(reversed(followed[took:]))
                 batch += followed[:took]
             else:
